@@ -1,0 +1,54 @@
+// The lineage bench's results, shared by the sweep (bench.cpp) and its reports (bench_report.cpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/cost_model.hpp"
+#include "flashkit/attention.hpp"
+#include "sgemm.hpp"
+
+namespace flashkit::app {
+
+struct BenchConfig {
+  DType dtype;
+  std::int64_t head_dim, seqlen, batch, heads;
+  bool causal;
+
+  core::AttentionSize size() const { return {batch, heads, seqlen, seqlen, head_dim, causal}; }
+};
+
+// One algorithm at one config.
+struct Measurement {
+  Algo algo;
+  bool requested = true;  // named by --algo
+  std::string skipped;    // non-empty: not run, and why ("needs 32.0 GiB")
+  double ms = 0.0;        // median
+  double gflops = 0.0;
+  double bytes_modelled = 0.0;  // the cost model's memory traffic
+  int repeats = 0;
+};
+
+struct BenchRow {
+  BenchConfig config;
+  Measurement naive, flash;
+  double max_abs_diff = 0.0;
+  std::string checked_against;  // "naive" or "reference" (a slice of rows, fp64 oracle)
+};
+
+struct BenchReport {
+  std::string device;
+  std::optional<SgemmRate> sgemm;
+  std::vector<BenchRow> rows;
+};
+
+// The console table, streamed one row at a time.
+void print_bench_header(const BenchReport& report, const BenchConfig& sweep, int repeats);
+void print_bench_row(const BenchReport& report, const BenchRow& row, const BenchConfig& sweep);
+// BENCH.md's schema, suite "lineage".
+void write_bench_json(const BenchReport& report, std::ostream& file);
+
+}  // namespace flashkit::app
