@@ -1,0 +1,36 @@
+// version, build_info and devices as plain Python values (str, dict, list of dicts).
+#include <nanobind/stl/string.h>
+
+#include "bindings.hpp"
+#include "flashkit/info.hpp"
+
+namespace nb = nanobind;
+
+namespace flashkit::python {
+
+void bind_info(nb::module_& m) {
+  m.def("version", [] { return std::string(flashkit::version()); });
+  m.def("build_info", [] {
+    const BuildInfo b = flashkit::build_info();
+    nb::dict d;
+    d["cuda"] = b.cuda;
+    d["cuda_archs"] = b.cuda_archs;
+    d["cpu_isa"] = b.cpu_isa;
+    d["compiler"] = b.compiler;
+    d["build_type"] = b.build_type;
+    return d;
+  });
+  m.def("devices", [] {
+    nb::list out;
+    for (const DeviceInfo& info : flashkit::devices()) {
+      nb::dict d;
+      d["name"] = info.name;
+      d["backend"] = info.backend;
+      d["kernels"] = info.kernels;
+      out.append(d);
+    }
+    return out;
+  });
+}
+
+}  // namespace flashkit::python

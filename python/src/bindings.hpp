@@ -1,0 +1,15 @@
+// The pieces of the flashkit._flashkit module, each bound in its own file.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace flashkit::python {
+
+// flashkit.FlashkitError (a ValueError) and the translation of flashkit::Error into it.
+void bind_errors(nanobind::module_& m);
+// forward, backward, merge_states and the Options they take.
+void bind_attention(nanobind::module_& m);
+// version, build_info, devices.
+void bind_info(nanobind::module_& m);
+
+}  // namespace flashkit::python

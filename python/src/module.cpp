@@ -1,0 +1,10 @@
+// flashkit._flashkit: the Python extension. Bindings only; the Python package python/flashkit
+// allocates outputs and offers the user-facing functions.
+#include "bindings.hpp"
+
+NB_MODULE(_flashkit, m) {
+  m.doc() = "flashkit native bindings (use the flashkit package, not this module)";
+  flashkit::python::bind_errors(m);
+  flashkit::python::bind_attention(m);
+  flashkit::python::bind_info(m);
+}

@@ -1,0 +1,36 @@
+"""The bench driver imports and parses its arguments anywhere; it runs only with torch + CUDA
+(scripts/gpu-check runs it on the GPU machine)."""
+
+import pytest
+
+from flashkit import bench
+
+
+def test_arguments():
+    args = bench.parse_args(["--suite", "prefill_bwd", "--out", "x.json", "--quick"])
+    assert (args.suite, args.out, args.quick, args.iters) == ("prefill_bwd", "x.json", True, 30)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--suite", "nope", "--out", "x.json"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--suite", "decode", "--out", "x.json", "--iters", "5"])
+
+
+def test_grid_is_benchmarks_md():
+    configs = list(bench.prefill_configs(quick=False))
+    assert len(configs) == 3 * 6 * 2
+    for c in configs:
+        assert c["batch"] * c["n"] == 16384 and c["heads"] * c["d"] == 2048
+    assert len(list(bench.decode_configs(quick=False))) == 4
+
+
+def test_exits_clearly_without_cuda(tmp_path):
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a CUDA device is present: the real run belongs to scripts/gpu-check")
+    except ImportError:
+        pass
+    with pytest.raises(SystemExit, match="needs"):
+        bench.main(["--suite", "decode", "--out", str(tmp_path / "x.json")])
+    assert not (tmp_path / "x.json").exists()
