@@ -45,4 +45,8 @@ std::vector<std::string> bench_device_names();
 // The CPU device; cpu_device.cpp.
 std::unique_ptr<BenchDevice> make_cpu_device();
 
+// The CUDA device (cuda_device.cpp, built when the library has the CUDA backend).
+bool cuda_device_present();
+std::unique_ptr<BenchDevice> make_cuda_device();
+
 }  // namespace flashkit::app

@@ -3,35 +3,23 @@
 
 #include "bench_device.hpp"
 #include "flashkit/error.hpp"
-#include "flashkit/info.hpp"
 
 namespace flashkit::app {
-
-namespace {
-
-bool library_has_cuda_device() {
-  for (const DeviceInfo& d : devices()) {
-    if (d.backend == "cuda") return true;
-  }
-  return false;
-}
-
-}  // namespace
 
 std::vector<std::string> bench_device_names() {
   return {"auto", "cpu", "cuda"};
 }
 
 std::unique_ptr<BenchDevice> make_bench_device(const std::string& name) {
-  if (name == "cuda") {
-    if (!build_info().cuda || !library_has_cuda_device()) {
-      throw Error("no CUDA device in this build");
-    }
-    // The library has a CUDA backend, but benching it needs CUDA memory, which this command
-    // cannot allocate until it links the CUDA runtime (a cuda_device.cpp next to cpu_device.cpp).
-    throw Error("--device cuda: the flashkit command cannot bench CUDA devices yet");
+#if FLASHKIT_APP_HAVE_CUDA
+  // "auto" takes the GPU when the build has the CUDA backend and the machine has a device.
+  if (name == "cuda" || (name == "auto" && cuda_device_present())) {
+    if (!cuda_device_present()) throw Error("--device cuda: no CUDA device is visible");
+    return make_cuda_device();
   }
-  // "auto" and "cpu": the CPU is the only device the command drives so far.
+#else
+  if (name == "cuda") throw Error("--device cuda: this build has no CUDA backend");
+#endif
   return make_cpu_device();
 }
 

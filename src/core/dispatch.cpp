@@ -28,6 +28,7 @@ const char* algo_name(Algo algo) noexcept {
   return "?";
 }
 
+#if !FLASHKIT_HAVE_CUDA
 namespace {
 
 [[noreturn]] void no_backend(const std::string& argument, const Device& device) {
@@ -35,6 +36,7 @@ namespace {
 }
 
 }  // namespace
+#endif
 
 void attention_forward(const AttentionArgs& args) {
   const core::ProblemDims dims = core::validate_forward(args);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "core/host_device.hpp"
 #include "core/mask_rules.hpp"
 #include "flashkit/attention.hpp"
 
@@ -40,8 +41,8 @@ struct SeqSpan {
 };
 
 // Element offset of (batch b, token t of that sequence, head h) in a tensor with layout `lay`.
-inline std::int64_t element_offset(const TokenLayout& lay, std::int64_t b, std::int64_t start,
-                                   std::int64_t t, std::int64_t h) {
+FLASHKIT_HD std::int64_t element_offset(const TokenLayout& lay, std::int64_t b, std::int64_t start,
+                                        std::int64_t t, std::int64_t h) {
   return b * lay.batch_stride + (start + t) * lay.token_stride + h * lay.head_stride;
 }
 

@@ -1,0 +1,52 @@
+#include "cuda/common/device.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/validate.hpp"
+
+namespace flashkit::cuda {
+
+int current_device_capability(const std::string& argument, const Device& device) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    core::fail(argument + ".device",
+               std::string("a visible CUDA device (") +
+                   (status != cudaSuccess ? cudaGetErrorString(status) : "none found") + ")",
+               device.str());
+  }
+  if (device.index < 0 || device.index >= count) {
+    core::fail(argument + ".device", "cuda:0 .. cuda:" + std::to_string(count - 1), device.str());
+  }
+  int current = 0;
+  cudaGetDevice(&current);
+  if (device.index != current) {
+    core::fail(argument + ".device",
+               "cuda:" + std::to_string(current) + " (the current device; call cudaSetDevice)",
+               device.str());
+  }
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device.index);
+  return major * 10 + minor;
+}
+
+void check_cp_async_rows(const std::string& argument, const Tensor& t) {
+  const auto address = reinterpret_cast<std::uintptr_t>(t.data());
+  if (address % 16 != 0) {
+    core::fail(argument + ".data", "a 16-byte aligned pointer (cp.async copies 16-byte rows)",
+               "an address = " + std::to_string(address % 16) + " mod 16");
+  }
+  const std::int64_t elems = 16 / std::int64_t(dtype_size(t.dtype()));
+  for (int i = 0; i + 1 < t.rank(); ++i) {
+    if (t.stride(i) % elems != 0) {
+      core::fail(argument + ".stride[" + std::to_string(i) + "]",
+                 "a multiple of " + std::to_string(elems) + " elements (16-byte aligned rows)",
+                 std::to_string(t.stride(i)));
+    }
+  }
+}
+
+}  // namespace flashkit::cuda

@@ -1,0 +1,19 @@
+// Device checks shared by the CUDA entry points.
+#pragma once
+
+#include <string>
+
+#include "flashkit/tensor.hpp"
+
+namespace flashkit::cuda {
+
+// The compute capability (major * 10 + minor) of `device`, which must exist and be the current
+// device (kernels launch on the current device; switching it behind the caller's back would
+// surprise them). Throws flashkit::Error naming `<argument>.device` otherwise.
+int current_device_capability(const std::string& argument, const Device& device);
+
+// 16-byte cp.async copies of whole rows: the data pointer 16-byte aligned and every stride but
+// the last a multiple of 16 bytes.
+void check_cp_async_rows(const std::string& argument, const Tensor& t);
+
+}  // namespace flashkit::cuda

@@ -1,0 +1,31 @@
+// What `flashkit info` lists for CUDA.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda/cuda_backend.hpp"
+
+namespace flashkit::cuda {
+
+std::vector<DeviceInfo> devices() {
+  std::vector<DeviceInfo> out;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: nothing to list, and clear the sticky error
+    return out;
+  }
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    const int cc = prop.major * 10 + prop.minor;
+    DeviceInfo d;
+    d.name = std::string(prop.name) + " (sm_" + std::to_string(cc) + ", " +
+             std::to_string(prop.multiProcessorCount) + " SMs)";
+    d.backend = "cuda";
+    d.kernels = cc >= 80 ? "fa2 (sm80 mma.sync; f32 inputs via fa1), fa1, naive" : "fa1, naive";
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace flashkit::cuda

@@ -1,0 +1,81 @@
+// Forward dispatch on CUDA: checks the kernels' own limits, then picks one.
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "cuda/common/device.hpp"
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/common/make_params.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/lineage/lineage.hpp"
+#include "cuda/sm80/fwd_sm80.hpp"
+
+namespace flashkit::cuda {
+
+namespace {
+
+std::string num(std::int64_t v) {
+  return std::to_string(v);
+}
+
+// What the sm80 kernel needs beyond validation; throws naming the argument.
+void check_fa2(const AttentionArgs& a, const core::ProblemDims& d, int capability) {
+  if (capability < 80) {
+    core::fail("q.device", "compute capability >= 8.0 for algo fa2 (mma.sync bf16, cp.async)",
+               "sm_" + num(capability));
+  }
+  if (!sm80::fwd_has_head_dim(int(d.head_dim))) {
+    core::fail("q.shape[-1]", "a head dim in " + sm80::fwd_head_dims_text() + " for algo fa2",
+               num(d.head_dim));
+  }
+  if (d.head_dim_v != d.head_dim) {
+    core::fail("v.shape[-1]", num(d.head_dim) + " (the head dim of q) for algo fa2",
+               num(d.head_dim_v));
+  }
+  if (a.out.dtype() != a.q.dtype() && a.out.dtype() != DType::f32) {
+    core::fail("out.dtype",
+               std::string(dtype_name(a.q.dtype())) + " (the dtype of q) or f32 for algo fa2",
+               dtype_name(a.out.dtype()));
+  }
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"q", &a.q},
+                                {"k", &a.k},
+                                {"v", &a.v},
+                                {"out", &a.out}}) {
+    check_cp_async_rows(name, *t);
+  }
+}
+
+}  // namespace
+
+void forward(const AttentionArgs& args, const core::ProblemDims& dims) {
+  const int capability = current_device_capability("q", args.q.device());
+  core::expect_dtype_in("q", args.q, {DType::f32, DType::f16, DType::bf16});
+  core::expect_dtype_in("out", args.out, {DType::f32, DType::f16, DType::bf16});
+  check_index_ranges(args, dims);
+  Algo algo = args.algo;
+  if (algo == Algo::reference || algo == Algo::fa3) {
+    core::fail("algo", "automatic, naive, fa1 or fa2 on cuda", algo_name(algo));
+  }
+  // f32 inputs: the tensor-core path would round them to 16 bits; FA1's fp32 loop keeps them.
+  if (args.q.dtype() == DType::f32 && (algo == Algo::automatic || algo == Algo::fa2)) {
+    algo = Algo::fa1;
+  }
+  if (algo == Algo::fa1 && (dims.head_dim > kFa1MaxHeadDim || dims.head_dim_v > kFa1MaxHeadDim)) {
+    core::fail("q.shape[-1]", "head dims <= " + num(kFa1MaxHeadDim) + " for the fa1 kernel",
+               num(dims.head_dim) + " (q) / " + num(dims.head_dim_v) + " (v)");
+  }
+  if (algo == Algo::automatic || algo == Algo::fa2) check_fa2(args, dims, capability);
+
+  const FwdParams p = make_fwd_params(args, args.out, args.lse, dims);
+  const auto stream = static_cast<cudaStream_t>(args.stream);
+  switch (algo) {
+    case Algo::naive:
+      return naive_forward(p, stream);
+    case Algo::fa1:
+      return fa1_forward(p, stream);
+    default:
+      return sm80::fwd(p, stream);
+  }
+}
+
+}  // namespace flashkit::cuda

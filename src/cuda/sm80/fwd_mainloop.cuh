@@ -1,0 +1,140 @@
+// The sm80 forward mainloop: one CTA, one query tile, KV blocks from the last visible one down.
+//
+// Shared memory holds Q, one K block and one V block. The copies overlap the math the way FA2
+// schedules them: V of block n lands while S = Q K_n^T and the softmax run, K of the next block
+// lands while O += P V_n runs. Each barrier both publishes the copy that was waited for and
+// proves every warp is done reading the buffer the next copy overwrites.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/mma.cuh"
+#include "cuda/sm80/fwd_softmax.cuh"
+#include "cuda/sm80/fwd_tile_scheduler.cuh"
+#include "cuda/sm80/kv_block_range.hpp"
+#include "cuda/sm80/smem_copy.cuh"
+#include "cuda/sm80/warp_fragments.cuh"
+
+namespace flashkit::cuda::sm80 {
+
+// S = Q K^T for one block: per k16 step, each warp's Q fragments once, then K fragments two n8
+// tiles at a time.
+template <class T>
+__device__ __forceinline__ void gemm_qk(ScoreBlock<T>& s, std::uint32_t q_tile,
+                                        std::uint32_t k_tile, int warp, int q_lane, int k_lane) {
+  using Elem = typename T::Elem;
+#pragma unroll
+  for (int mt = 0; mt < T::kMmaM; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < T::kBlockN / 8; ++nt)
+#pragma unroll
+      for (int idx = 0; idx < 4; ++idx) s[mt][nt][idx] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < T::kD / 16; ++kk) {
+    std::uint32_t a[T::kMmaM][4];
+#pragma unroll
+    for (int mt = 0; mt < T::kMmaM; ++mt) {
+      load_a<typename T::QTile>(a[mt], q_tile, q_lane, warp * T::kRowsPerWarp + mt * 16, kk * 16);
+    }
+#pragma unroll
+    for (int np = 0; np < T::kBlockN / 16; ++np) {
+      std::uint32_t b[4];
+      load_b_from_nk<typename T::KvTile>(b, k_tile, k_lane, np * 16, kk * 16);
+#pragma unroll
+      for (int mt = 0; mt < T::kMmaM; ++mt) {
+        ptx::mma_m16n8k16<Elem>(s[mt][2 * np], a[mt], b[0], b[1]);
+        ptx::mma_m16n8k16<Elem>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// O += P V for one block, P straight from the score registers.
+template <class T>
+__device__ __forceinline__ void gemm_pv(FwdAccum<T>& acc, const ScoreBlock<T>& s,
+                                        std::uint32_t v_tile, int v_lane) {
+  using Elem = typename T::Elem;
+#pragma unroll
+  for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+    std::uint32_t a[T::kMmaM][4];
+#pragma unroll
+    for (int mt = 0; mt < T::kMmaM; ++mt) probs_as_a<T>(a[mt], s, mt, kk);
+#pragma unroll
+    for (int dn = 0; dn < T::kD / 16; ++dn) {
+      std::uint32_t b[4];
+      load_b_from_kn<typename T::KvTile>(b, v_tile, v_lane, kk * 16, dn * 16);
+#pragma unroll
+      for (int mt = 0; mt < T::kMmaM; ++mt) {
+        ptx::mma_m16n8k16<Elem>(acc.o[mt][2 * dn], a[mt], b[0], b[1]);
+        ptx::mma_m16n8k16<Elem>(acc.o[mt][2 * dn + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void fwd_mainloop(const FwdParams& p, const FwdTile& tile,
+                                             const KvBlockRange& range, unsigned char* smem,
+                                             FwdAccum<T>& acc) {
+  using Elem = typename T::Elem;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const std::uint32_t q_tile = ptx::smem_address(smem);
+  const std::uint32_t k_tile = q_tile + T::QTile::kBytes;
+  const std::uint32_t v_tile = k_tile + T::KvTile::kBytes;
+  const int q_lane = rows_major_lane<typename T::QTile>(lane);
+  const int k_lane = rows_minor_lane<typename T::KvTile>(lane);
+  const int v_lane = rows_major_lane<typename T::KvTile>(lane);
+  const Elem* q =
+      static_cast<const Elem*>(p.q) +
+      core::element_offset(p.q_layout, tile.batch, tile.span.q_start, tile.row_begin, tile.head);
+  const Elem* k = static_cast<const Elem*>(p.k) +
+                  core::element_offset(p.k_layout, tile.batch, tile.span.k_start, 0, tile.head_kv);
+  const Elem* v = static_cast<const Elem*>(p.v) +
+                  core::element_offset(p.v_layout, tile.batch, tile.span.k_start, 0, tile.head_kv);
+  const std::int64_t k_stride = p.k_layout.token_stride, v_stride = p.v_layout.token_stride;
+  const int len_k = int(tile.span.len_k);
+  auto keys_left = [&](int n) { return len_k - n * T::kBlockN; };
+
+  ScoreContext ctx;
+  ctx.row0 = tile.row_begin;
+  ctx.shift = core::diagonal_shift(p.mask, tile.span.len_q, tile.span.len_k);
+  ctx.len_k = len_k;
+  ctx.slope = alibi_slope(p, tile.batch, tile.head);
+  ctx.mods = p.has_score_mods();
+
+  int n = range.first();
+  copy_tile_async<typename T::QTile, T::kThreads>(q_tile, q, p.q_layout.token_stride,
+                                                  tile.row_end - tile.row_begin);
+  copy_tile_async<typename T::KvTile, T::kThreads>(k_tile, k + n * T::kBlockN * k_stride, k_stride,
+                                                   keys_left(n));
+  ptx::cp_async_commit();
+  while (n >= 0) {
+    const int next = range.next(n);
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // K_n (and Q) visible; every warp is past P V of the previous block
+    copy_tile_async<typename T::KvTile, T::kThreads>(v_tile, v + n * T::kBlockN * v_stride,
+                                                     v_stride, keys_left(n));
+    ptx::cp_async_commit();
+
+    ScoreBlock<T> s;
+    gemm_qk<T>(s, q_tile, k_tile, warp, q_lane, k_lane);
+    ctx.col0 = std::int64_t(n) * T::kBlockN;
+    scores_to_base2<T>(s, p, ctx, warp, lane);
+    if (range.needs_mask(n)) apply_mask<T>(s, p, ctx, warp, lane);
+    online_softmax<T>(s, acc);
+
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // V_n visible; every warp is done reading K_n
+    if (next >= 0) {
+      copy_tile_async<typename T::KvTile, T::kThreads>(k_tile, k + next * T::kBlockN * k_stride,
+                                                       k_stride, keys_left(next));
+      ptx::cp_async_commit();
+    }
+    gemm_pv<T>(acc, s, v_tile, v_lane);
+    n = next;
+  }
+}
+
+}  // namespace flashkit::cuda::sm80

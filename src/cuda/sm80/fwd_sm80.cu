@@ -1,0 +1,52 @@
+#include "cuda/sm80/fwd_sm80.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "core/validate.hpp"
+
+namespace flashkit::cuda::sm80 {
+
+template <class Elem, int kHeadDim>
+void launch_fwd(const FwdParams& p, cudaStream_t stream);  // fwd_kernel.cuh, instanced per dim
+
+namespace {
+
+// The compiled variant matrix, generated from FLASHKIT_SM80_FWD_HEAD_DIMS.
+constexpr int kHeadDims[] = {
+#define FLASHKIT_SM80_FWD_HEAD_DIM(d) d,
+#include "cuda/sm80/fwd_head_dims.inc"
+#undef FLASHKIT_SM80_FWD_HEAD_DIM
+};
+
+}  // namespace
+
+bool fwd_has_head_dim(int head_dim) {
+  for (int d : kHeadDims) {
+    if (d == head_dim) return true;
+  }
+  return false;
+}
+
+std::string fwd_head_dims_text() {
+  std::string s;
+  for (int d : kHeadDims) s += (s.empty() ? "{" : ", ") + std::to_string(d);
+  return s + "}";
+}
+
+void fwd(const FwdParams& p, cudaStream_t stream) {
+  const bool f16 = p.in_dtype == DType::f16;
+  switch (p.head_dim) {
+#define FLASHKIT_SM80_FWD_HEAD_DIM(d) \
+  case d:                             \
+    return f16 ? launch_fwd<__half, d>(p, stream) : launch_fwd<__nv_bfloat16, d>(p, stream);
+#include "cuda/sm80/fwd_head_dims.inc"
+#undef FLASHKIT_SM80_FWD_HEAD_DIM
+    default:
+      break;
+  }
+  core::fail("q.shape[-1]", "a head dim in " + fwd_head_dims_text() + " for the sm80 forward",
+             std::to_string(p.head_dim));
+}
+
+}  // namespace flashkit::cuda::sm80

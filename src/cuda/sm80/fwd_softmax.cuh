@@ -1,0 +1,151 @@
+// The per-thread state of the sm80 forward and what happens to a block of scores between the two
+// GEMMs: scale to base 2 (and softcap / ALiBi / mask where asked), then the online softmax
+// (core::SoftmaxState) that rescales O and turns scores into probabilities in place.
+//
+// A thread holds, for each of its warp's m16 tiles, rows g and g + 8 (g = lane / 4) of every n8
+// accumulator tile (ptx/mma.cuh), columns 2t and 2t + 1 (t = lane % 4): so a row is spread over
+// the 4 lanes of a quad and its max and sum are quad reductions.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "core/softmax_state.hpp"
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/common/score.cuh"
+#include "cuda/ptx/convert.cuh"
+#include "cuda/ptx/warp_reduce.cuh"
+
+namespace flashkit::cuda::sm80 {
+
+template <class T>
+struct FwdAccum {
+  float o[T::kMmaM][T::kD / 8][4];
+  core::SoftmaxState<float> row[T::kMmaM][2];  // l is this thread's partial sum until the end
+};
+
+template <class T>
+using ScoreBlock = float[T::kMmaM][T::kBlockN / 8][4];
+
+// Row of accumulator element (mt, idx) within the CTA's tile, and its column within the block.
+template <class T>
+__device__ __forceinline__ int frag_row(int warp, int lane, int mt, int idx) {
+  return warp * T::kRowsPerWarp + mt * 16 + (idx / 2) * 8 + lane / 4;
+}
+__device__ __forceinline__ int frag_col(int lane, int nt, int idx) {
+  return nt * 8 + (lane % 4) * 2 + idx % 2;
+}
+
+// Where a block of scores sits and which rules apply to it.
+struct ScoreContext {
+  std::int64_t row0;   // sequence index of the tile's row 0
+  std::int64_t col0;   // sequence index of the block's key 0
+  std::int64_t shift;  // causal diagonal shift
+  std::int64_t len_k;
+  float slope;  // ALiBi slope of this (sequence, head)
+  bool mods;    // softcap or ALiBi on
+};
+
+// Raw q.k -> base-2 scores: s * scale * log2(e) on the fast path; the oracle's softcap and ALiBi
+// element by element when asked (uniform across the CTA).
+template <class T>
+__device__ __forceinline__ void scores_to_base2(ScoreBlock<T>& s, const FwdParams& p,
+                                                const ScoreContext& c, int warp, int lane) {
+  if (!c.mods) {
+#pragma unroll
+    for (int mt = 0; mt < T::kMmaM; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < T::kBlockN / 8; ++nt)
+#pragma unroll
+        for (int idx = 0; idx < 4; ++idx) s[mt][nt][idx] *= p.scale_log2;
+    return;
+  }
+  const float log2e = float(core::kLog2e);
+#pragma unroll
+  for (int mt = 0; mt < T::kMmaM; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < T::kBlockN / 8; ++nt)
+#pragma unroll
+      for (int idx = 0; idx < 4; ++idx) {
+        const std::int64_t diag = c.row0 + frag_row<T>(warp, lane, mt, idx) + c.shift;
+        const std::int64_t j = c.col0 + frag_col(lane, nt, idx);
+        s[mt][nt][idx] = score_of(p, s[mt][nt][idx], c.slope, diag, j) * log2e;
+      }
+}
+
+// -inf for the keys a row may not see, on blocks that cross a mask edge or the end of the keys.
+// core::key_visible(j) is "j < prefix_len or j in key_band(row)": the band is computed once per
+// row and each element costs three integer compares.
+template <class T>
+__device__ __forceinline__ void apply_mask(ScoreBlock<T>& s, const FwdParams& p,
+                                           const ScoreContext& c, int warp, int lane) {
+  const int prefix = int(p.mask.prefix_len < c.len_k ? p.mask.prefix_len : c.len_k);
+#pragma unroll
+  for (int mt = 0; mt < T::kMmaM; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const core::KeyBand band =
+          core::key_band(p.mask, c.row0 + frag_row<T>(warp, lane, mt, 2 * half) + c.shift, c.len_k);
+      // Block-relative bounds; the band is within [0, len_k) so the ints cannot overflow.
+      const int lo = int(band.lo - c.col0), hi = int(band.hi - c.col0);
+      const int pre = prefix - int(c.col0);
+#pragma unroll
+      for (int nt = 0; nt < T::kBlockN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = frag_col(lane, nt, e);
+          if (!(j < pre || (j >= lo && j <= hi))) {
+            s[mt][nt][2 * half + e] = -std::numeric_limits<float>::infinity();
+          }
+        }
+    }
+}
+
+// Online softmax over one block: new row max (quad-reduced), O and l rescaled by
+// exp2(m_old - m_new), scores replaced by exp2(s - m_new). A row that has seen only hidden keys
+// keeps m = -inf; exp2 then runs against 0 instead, giving p = 0 rather than NaN.
+template <class T>
+__device__ __forceinline__ void online_softmax(ScoreBlock<T>& s, FwdAccum<T>& acc) {
+#pragma unroll
+  for (int mt = 0; mt < T::kMmaM; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float block_max = -std::numeric_limits<float>::infinity();
+#pragma unroll
+      for (int nt = 0; nt < T::kBlockN / 8; ++nt) {
+        block_max = fmaxf(block_max, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+      }
+      core::SoftmaxState<float>& st = acc.row[mt][half];
+      const float alpha = st.absorb_max(ptx::quad_max(block_max));
+      const float m_use = st.m == -std::numeric_limits<float>::infinity() ? 0.0f : st.m;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < T::kBlockN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[mt][nt][2 * half + e];
+          x = ptx::exp2_approx(x - m_use);
+          sum += x;
+        }
+      st.l = st.l * alpha + sum;
+#pragma unroll
+      for (int dn = 0; dn < T::kD / 8; ++dn) {
+        acc.o[mt][dn][2 * half] *= alpha;
+        acc.o[mt][dn][2 * half + 1] *= alpha;
+      }
+    }
+}
+
+// Probabilities of k16 step kk as the A fragment of P V: the S accumulator layout of n-tiles
+// 2kk and 2kk + 1 is exactly the A layout (ptx/mma.cuh), so no data moves between lanes.
+template <class T>
+__device__ __forceinline__ void probs_as_a(std::uint32_t (&a)[4], const ScoreBlock<T>& s, int mt,
+                                           int kk) {
+  using Elem = typename T::Elem;
+  a[0] = ptx::pack2<Elem>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+  a[1] = ptx::pack2<Elem>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+  a[2] = ptx::pack2<Elem>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+  a[3] = ptx::pack2<Elem>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+}
+
+}  // namespace flashkit::cuda::sm80

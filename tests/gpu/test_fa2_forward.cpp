@@ -1,0 +1,157 @@
+// The sm80 FA2-class forward on the GPU against the fp64 oracle: dtypes x head dims x masks x
+// GQA ratios, packed varlen batches with empty sequences and lengths off the tile sizes,
+// seqlen_q != seqlen_k both ways, f32 output, strided inputs, and a long causal case that runs
+// many KV blocks per tile.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "attention_case.hpp"
+#include "gpu_forward.hpp"
+
+namespace flashkit::testing {
+namespace {
+
+constexpr int kHeadDims[] = {32, 64, 96, 128, 192, 256};
+
+using GridParam = std::tuple<DType, int, MaskKind, int>;  // dtype, head dim, mask, q per kv head
+
+class Fa2Grid : public ::testing::TestWithParam<GridParam> {};
+
+// 150 queries against 197 keys: neither is a multiple of 64 or 128, and bottom-right causal
+// shifts the diagonal by 47.
+TEST_P(Fa2Grid, MatchesOracle) {
+  const auto [dtype, d, mask, group] = GetParam();
+  CaseSpec s;
+  s.dtype = dtype;
+  s.seqlens_q = {150, 150};
+  s.seqlens_k = {197, 197};
+  s.heads_q = 8;
+  s.heads_kv = 8 / group;
+  s.head_dim = d;
+  s.seed = unsigned(d * 31 + group);
+  apply_mask(s, mask);
+  expect_gpu_forward_matches(s, Algo::fa2);
+}
+
+std::string grid_name(const ::testing::TestParamInfo<GridParam>& info) {
+  const auto [dtype, d, mask, group] = info.param;
+  return std::string(dtype_name(dtype)) + "_d" + std::to_string(d) + "_" + mask_name(mask) + "_g" +
+         std::to_string(group);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Fa2Grid,
+                         ::testing::Combine(::testing::Values(DType::f16, DType::bf16),
+                                            ::testing::ValuesIn(kHeadDims),
+                                            ::testing::ValuesIn(kAllMasks),
+                                            ::testing::Values(1, 4, 8)),
+                         grid_name);
+
+using VarlenParam = std::tuple<DType, int, MaskKind>;
+class Fa2Varlen : public ::testing::TestWithParam<VarlenParam> {};
+
+// Empty query and key sequences, a single query, lengths just past a tile (129, 130), and
+// len_q > len_k (rows that see no key under bottom-right causal).
+TEST_P(Fa2Varlen, MatchesOracle) {
+  const auto [dtype, d, mask] = GetParam();
+  CaseSpec s;
+  s.dtype = dtype;
+  s.varlen = true;
+  s.seqlens_q = {0, 77, 130, 1, 260};
+  s.seqlens_k = {5, 0, 200, 129, 64};
+  s.heads_q = 4;
+  s.heads_kv = 2;
+  s.head_dim = d;
+  s.seed = unsigned(d + 7);
+  apply_mask(s, mask);
+  expect_gpu_forward_matches(s, Algo::fa2);
+}
+
+std::string varlen_name(const ::testing::TestParamInfo<VarlenParam>& info) {
+  const auto [dtype, d, mask] = info.param;
+  return std::string(dtype_name(dtype)) + "_d" + std::to_string(d) + "_" + mask_name(mask);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Fa2Varlen,
+                         ::testing::Combine(::testing::Values(DType::f16, DType::bf16),
+                                            ::testing::ValuesIn(kHeadDims),
+                                            ::testing::ValuesIn(kAllMasks)),
+                         varlen_name);
+
+TEST(Fa2Forward, MoreQueriesThanKeysBothAlignments) {
+  for (CausalAlign align : {CausalAlign::top_left, CausalAlign::bottom_right}) {
+    CaseSpec s;
+    s.dtype = DType::bf16;
+    s.seqlens_q = {300};
+    s.seqlens_k = {100};
+    s.head_dim = 64;
+    s.causal = true;
+    s.align = align;
+    expect_gpu_forward_matches(s, Algo::fa2);
+  }
+}
+
+TEST(Fa2Forward, F32OutputFromF16AndBf16) {
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    CaseSpec s;
+    s.dtype = dtype;
+    s.seqlens_q = {190};
+    s.seqlens_k = {190};
+    s.head_dim = 128;
+    s.causal = true;
+    expect_gpu_forward_matches(s, Algo::fa2, DType::f32);
+  }
+}
+
+TEST(Fa2Forward, AutomaticPicksFa2ForHalfInputs) {
+  CaseSpec s;
+  s.dtype = DType::bf16;
+  s.seqlens_q = {100};
+  s.seqlens_k = {100};
+  s.head_dim = 96;
+  s.window_left = 20;
+  s.window_right = 0;
+  expect_gpu_forward_matches(s, Algo::automatic);
+}
+
+TEST(Fa2Forward, PaddedRowStrides) {
+  for (bool varlen : {false, true}) {
+    CaseSpec s;
+    s.dtype = DType::f16;
+    s.varlen = varlen;
+    s.seqlens_q = varlen ? std::vector<std::int64_t>{70, 3} : std::vector<std::int64_t>{70, 70};
+    s.seqlens_k = varlen ? std::vector<std::int64_t>{150, 40} : std::vector<std::int64_t>{150, 150};
+    s.heads_q = 4;
+    s.heads_kv = 2;
+    s.head_dim = 64;
+    s.causal = true;
+    CaseData c = make_case(s);
+    c.q = padded_copy(c.q);
+    c.k = padded_copy(c.k);
+    c.v = padded_copy(c.v);
+    expect_gpu_forward_matches(c, Algo::fa2, s.dtype);
+  }
+}
+
+TEST(Fa2Forward, LongCausalRunsManyBlocksPerTile) {
+  CaseSpec s;
+  s.dtype = DType::bf16;
+  s.seqlens_q = {1024};
+  s.seqlens_k = {1024};
+  s.heads_q = 2;
+  s.heads_kv = 1;
+  s.head_dim = 128;
+  s.causal = true;
+  expect_gpu_forward_matches(s, Algo::fa2);
+  s.causal = false;
+  s.window_left = 300;
+  s.window_right = 200;
+  s.prefix_len = 100;
+  expect_gpu_forward_matches(s, Algo::fa2);
+}
+
+}  // namespace
+}  // namespace flashkit::testing
