@@ -237,7 +237,9 @@ int run_bench(const BenchOptions& o) {
   }
   BenchReport report;
   report.device = device->name();
-  report.sgemm = measure_sgemm();
+  if (device->is_cpu()) report.sgemm = measure_sgemm();
+  report.sgemm_absent =
+      device->is_cpu() ? "built without OpenBLAS" : "the CPU yardstick, not for a GPU";
   const BenchConfig sweep{o.dtype, o.head_dim, 0, o.batch, o.heads, o.causal};
   print_bench_header(report, sweep, o.repeats);
 

@@ -42,6 +42,7 @@ struct BenchRow {
 struct BenchReport {
   std::string device;
   std::optional<SgemmRate> sgemm;
+  std::string sgemm_absent;  // why sgemm was not measured
   std::vector<BenchRow> rows;
 };
 

@@ -25,6 +25,8 @@ class BenchDevice {
   virtual ~BenchDevice() = default;
   // "cpu: Intel(R) Xeon(R) Processor (2 threads, avx512)", for the report.
   virtual std::string name() const = 0;
+  // The CPU's sgemm rate is this device's yardstick only on the CPU.
+  virtual bool is_cpu() const = 0;
   // Memory the naive algorithm's S and P must fit in.
   virtual double memory_bytes() const = 0;
   virtual std::unique_ptr<DeviceArray> upload(const HostArray& host) = 0;

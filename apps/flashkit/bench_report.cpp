@@ -86,7 +86,7 @@ void print_bench_header(const BenchReport& report, const BenchConfig& sweep, int
       std::printf("  warning: %s\n", report.sgemm->warning.c_str());
     }
   } else {
-    std::printf("sgemm: not measured (built without OpenBLAS)\n");
+    std::printf("sgemm: not measured (%s)\n", report.sgemm_absent.c_str());
   }
   if (repeats > 0) {
     std::printf("time: warm-up, then the median of %d run%s; ", repeats, repeats == 1 ? "" : "s");

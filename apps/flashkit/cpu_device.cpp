@@ -42,6 +42,8 @@ class CpuDevice final : public BenchDevice {
     return (model.empty() ? "" : model + ", ") + devices().front().name;
   }
 
+  bool is_cpu() const override { return true; }
+
   double memory_bytes() const override {
     return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   }

@@ -73,6 +73,8 @@ class CudaDevice final : public BenchDevice {
            std::to_string(prop.major * 10 + prop.minor) + ")";
   }
 
+  bool is_cpu() const override { return false; }
+
   double memory_bytes() const override {
     std::size_t free_bytes = 0, total_bytes = 0;
     check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
