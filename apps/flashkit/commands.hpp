@@ -23,7 +23,18 @@ struct BenchOptions {
   std::string device = "auto";
 };
 
+// serve-sim: a decode server's KV cache with prefix reuse under synthetic workloads.
+struct ServeSimOptions {
+  std::vector<std::string> workloads{"chat", "multiturn", "fewshot", "agent"};
+  std::int64_t requests = 2000;  // per workload
+  std::int64_t pages = 16384;    // 256k tokens at 16 per page: ~32 GiB of Llama-3-8B KV
+  std::int64_t page_size = 16;
+  std::uint64_t seed = 1;
+  std::string json_path;  // empty: no file
+};
+
 int run_bench(const BenchOptions& options);
+int run_serve_sim(const ServeSimOptions& options);
 int run_check();
 int run_info();
 

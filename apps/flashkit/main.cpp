@@ -17,13 +17,15 @@ namespace {
 using flashkit::Algo;
 using flashkit::DType;
 using flashkit::app::BenchOptions;
+using flashkit::app::ServeSimOptions;
 
 constexpr const char* kUsage = R"(usage: flashkit <command> [options]
 
 commands:
-  bench   time naive against flash attention over growing N (the attention lineage)
-  check   self-test every algorithm against the fp64 oracle (a few seconds)
-  info    version, build options, backends and devices
+  bench      time naive against flash attention over growing N (the attention lineage)
+  check      self-test every algorithm against the fp64 oracle (a few seconds)
+  info       version, build options, backends and devices
+  serve-sim  simulate a decode server's paged KV cache with radix prefix reuse
 
 bench options:
   --algo LIST    algorithms: naive, fa2 (default naive,fa2)
@@ -38,6 +40,14 @@ bench options:
                  (default: 3 to 20, about 4 s per measurement)
   --json FILE    write the results as JSON (BENCH.md's schema, suite "lineage")
   --device DEV   auto, cpu or cuda (default auto: the best device present)
+
+serve-sim options:
+  --workload W   chat, multiturn, fewshot, agent or all (default all)
+  --requests N   requests per workload (default 2000)
+  --pages N      KV pool size in pages (default 16384)
+  --page-size N  tokens per page, a power of two in 1..256 (default 16)
+  --seed S       workload seed, an integer >= 0 (default 1); same seed, same results
+  --json FILE    write the results as JSON (suite "serve-sim")
 
 exit status: 0 success, 1 error or failed check, 2 bad usage
 )";
@@ -159,6 +169,52 @@ BenchOptions parse_bench(int argc, char** argv) {
   return o;
 }
 
+std::uint64_t parse_seed(const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < 0) {
+    throw UsageError("--seed: expected an integer >= 0, got '" + text + "'");
+  }
+  return std::uint64_t(v);
+}
+
+ServeSimOptions parse_serve_sim(int argc, char** argv) {
+  ServeSimOptions o;
+  OptionReader r(argc, argv, 2);
+  while (r.next()) {
+    const std::string& n = r.name();
+    if (n == "--workload") {
+      const std::string w = r.value();
+      if (w != "all") {
+        if (w != "chat" && w != "multiturn" && w != "fewshot" && w != "agent") {
+          throw UsageError("--workload: expected chat, multiturn, fewshot, agent or all, got '" +
+                           w + "'");
+        }
+        o.workloads = {w};
+      }
+    } else if (n == "--requests") {
+      o.requests = parse_count(n, r.value(), 10000000);
+    } else if (n == "--pages") {
+      o.pages = parse_count(n, r.value(), 2147483647);
+    } else if (n == "--page-size") {
+      o.page_size = parse_count(n, r.value(), 256);
+      if ((o.page_size & (o.page_size - 1)) != 0) {
+        throw UsageError("--page-size: expected a power of two in 1..256, got " +
+                         std::to_string(o.page_size));
+      }
+    } else if (n == "--seed") {
+      o.seed = parse_seed(r.value());
+    } else if (n == "--json") {
+      o.json_path = r.value();
+      if (o.json_path.empty()) throw UsageError("--json: expected a file name");
+    } else {
+      throw UsageError("unknown option '" + n + "' for serve-sim");
+    }
+  }
+  return o;
+}
+
 void expect_no_options(int argc, char** argv, const std::string& command) {
   if (argc > 2) throw UsageError(command + " takes no options, got '" + argv[2] + "'");
 }
@@ -175,6 +231,7 @@ bool wants_help(int argc, char** argv) {
 int dispatch(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "bench") return flashkit::app::run_bench(parse_bench(argc, argv));
+  if (command == "serve-sim") return flashkit::app::run_serve_sim(parse_serve_sim(argc, argv));
   if (command == "check") {
     expect_no_options(argc, argv, command);
     return flashkit::app::run_check();

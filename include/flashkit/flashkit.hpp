@@ -4,4 +4,7 @@
 #include "flashkit/attention.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/info.hpp"
+#include "flashkit/kv_cache.hpp"
+#include "flashkit/paged.hpp"
+#include "flashkit/radix_cache.hpp"
 #include "flashkit/tensor.hpp"

@@ -11,5 +11,9 @@ void bind_errors(nanobind::module_& m);
 void bind_attention(nanobind::module_& m);
 // version, build_info, devices.
 void bind_info(nanobind::module_& m);
+// paged_attention, append_kv, plan_paged_split, paged_workspace_elems.
+void bind_paged(nanobind::module_& m);
+// BlockAllocator.
+void bind_cache(nanobind::module_& m);
 
 }  // namespace flashkit::python

@@ -7,4 +7,6 @@ NB_MODULE(_flashkit, m) {
   flashkit::python::bind_errors(m);
   flashkit::python::bind_attention(m);
   flashkit::python::bind_info(m);
+  flashkit::python::bind_paged(m);
+  flashkit::python::bind_cache(m);
 }

@@ -73,6 +73,27 @@ inline float e4m3_to_float(std::uint8_t b) {
   return sign * std::ldexp(float(8 + man), exp - 10);
 }
 
+// float -> e4m3, round-to-nearest-even, saturating: |x| >= 448 (and +-inf) give +-448 rather
+// than NaN, as the KV-cache quantisers of vLLM / FlashInfer do (an outlier must not poison the
+// page). NaN stays NaN (0x7f with the sign).
+inline std::uint8_t float_to_e4m3(float f) {
+  const std::uint32_t u = float_bits(f);
+  const std::uint8_t sign = std::uint8_t((u >> 24) & 0x80u);
+  const std::uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7fu;
+  const float a = bits_float(abs);
+  if (a >= 448.0f) return sign | 0x7eu;
+  if (a < 0.015625f) {  // below 2^-6: subnormal, in units of 2^-9 (rounding to 8 gives 2^-6)
+    return sign | std::uint8_t(std::nearbyint(a * 512.0f));
+  }
+  // Normal: rebias the exponent (127 -> 7), keep 3 mantissa bits, round the 20 dropped ones.
+  // A carry out of the mantissa correctly bumps the exponent; a < 448 never rounds past 0x7e.
+  std::uint32_t code = (((abs >> 23) - 120u) << 3) | ((abs >> 20) & 0x7u);
+  const std::uint32_t rest = abs & 0xfffffu;
+  if (rest > 0x80000u || (rest == 0x80000u && (code & 1u))) ++code;
+  return sign | std::uint8_t(code);
+}
+
 inline float e5m2_to_float(std::uint8_t b) {
   return f16_to_float(std::uint16_t(b) << 8);
 }

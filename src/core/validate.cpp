@@ -1,5 +1,7 @@
 #include "core/validate.hpp"
 
+#include "core/checks.hpp"
+
 #include <cmath>
 #include <sstream>
 #include <vector>
@@ -25,49 +27,6 @@ void expect_dtype_in(const std::string& argument, const Tensor& t,
 
 namespace {
 
-std::string num(std::int64_t v) {
-  return std::to_string(v);
-}
-
-void expect_defined(const std::string& name, const Tensor& t) {
-  if (!t.defined()) fail(name, "a tensor", "none");
-}
-
-void expect_rank(const std::string& name, const Tensor& t, int rank) {
-  if (t.rank() != rank) {
-    fail(name, "rank " + num(rank) + " tensor", "rank " + num(t.rank()) + " " + t.shape_str());
-  }
-}
-
-void expect_size(const std::string& name, const Tensor& t, int dim, std::int64_t want,
-                 const std::string& why) {
-  if (t.size(dim) != want) {
-    fail(name + ".shape[" + num(dim) + "]", num(want) + " (" + why + ")",
-         num(t.size(dim)) + " in " + t.shape_str());
-  }
-}
-
-void expect_device(const std::string& name, const Tensor& t, const Device& want) {
-  if (t.device() != want)
-    fail(name + ".device", want.str() + " (the device of q)", t.device().str());
-}
-
-void expect_unit_last_stride(const std::string& name, const Tensor& t) {
-  for (int i = 0; i < t.rank(); ++i) {
-    if (t.stride(i) < 0) {
-      fail(name + ".stride[" + num(i) + "]", "a non-negative stride", num(t.stride(i)));
-    }
-  }
-  if (t.rank() > 0 && t.size(t.rank() - 1) > 1 && t.stride(t.rank() - 1) != 1) {
-    fail(name + ".stride[" + num(t.rank() - 1) + "]", "1 (the last dim must be contiguous)",
-         num(t.stride(t.rank() - 1)));
-  }
-}
-
-void expect_data(const std::string& name, const Tensor& t) {
-  if (t.data() == nullptr && t.numel() > 0) fail(name + ".data", "a non-null pointer", "null");
-}
-
 void expect_float_input(const std::string& name, const Tensor& t) {
   expect_dtype_in(name, t, {DType::f64, DType::f32, DType::f16, DType::bf16});
 }
@@ -82,7 +41,7 @@ void expect_token_tensor(const std::string& name, const Tensor& t, bool varlen,
   expect_defined(name, t);
   expect_rank(name, t, varlen ? 3 : 4);
   expect_device(name, t, device);
-  expect_unit_last_stride(name, t);
+  expect_layout(name, t);
   expect_data(name, t);
 }
 
@@ -109,47 +68,6 @@ void check_cu_seqlens_values(const std::string& name, const Tensor& cu, std::int
     fail(name + "[" + num(n - 1) + "]", "<= " + num(total) + " (the packed token count)",
          num(c[(n - 1) * s]));
   }
-}
-
-MaskRule check_mask(const Mask& mask, std::int64_t batch, std::int64_t heads_q,
-                    const Device& device) {
-  if (mask.window_left < -1) {
-    fail("mask.window_left", ">= 0, or -1 for unbounded", num(mask.window_left));
-  }
-  if (mask.window_right < -1) {
-    fail("mask.window_right", ">= 0, or -1 for unbounded", num(mask.window_right));
-  }
-  if (mask.prefix_len < 0) fail("mask.prefix_len", ">= 0", num(mask.prefix_len));
-  if (!(mask.softcap >= 0.0f) || !std::isfinite(mask.softcap)) {
-    std::ostringstream got;
-    got << mask.softcap;
-    fail("mask.softcap", "a finite value >= 0 (0 turns it off)", got.str());
-  }
-  const Tensor& slopes = mask.alibi_slopes;
-  if (slopes.defined()) {
-    expect_dtype_in("mask.alibi_slopes", slopes, {DType::f32});
-    expect_device("mask.alibi_slopes", slopes, device);
-    expect_data("mask.alibi_slopes", slopes);
-    if (slopes.rank() == 1) {
-      expect_size("mask.alibi_slopes", slopes, 0, heads_q, "heads_q");
-    } else if (slopes.rank() == 2) {
-      expect_size("mask.alibi_slopes", slopes, 0, batch, "batch");
-      expect_size("mask.alibi_slopes", slopes, 1, heads_q, "heads_q");
-    } else {
-      fail("mask.alibi_slopes", "shape [heads_q] or [batch, heads_q]", slopes.shape_str());
-    }
-    if (slopes.size(slopes.rank() - 1) > 1 && slopes.stride(slopes.rank() - 1) != 1) {
-      fail("mask.alibi_slopes.stride", "a contiguous last dim", slopes.shape_str());
-    }
-  }
-  MaskRule rule;
-  rule.causal = mask.causal;
-  rule.bottom_right = mask.align == CausalAlign::bottom_right;
-  rule.window_left = mask.window_left;
-  rule.window_right = mask.window_right;
-  rule.prefix_len = mask.prefix_len;
-  rule.softcap = mask.softcap;
-  return rule;
 }
 
 // Everything forward and backward check alike: q, k, v, varlen, mask, scale.
@@ -297,7 +215,7 @@ MergeDims validate_merge(const MergeArgs& args) {
   const Device device = args.states_o.device();
   expect_rank("states_o", args.states_o, 4);
   expect_float_input("states_o", args.states_o);
-  expect_unit_last_stride("states_o", args.states_o);
+  expect_layout("states_o", args.states_o);
   expect_data("states_o", args.states_o);
   MergeDims m{args.states_o.size(0), args.states_o.size(1), args.states_o.size(2),
               args.states_o.size(3)};
@@ -321,7 +239,7 @@ MergeDims validate_merge(const MergeArgs& args) {
   expect_rank("out", args.out, 3);
   expect_output_dtype("out", args.out);
   expect_device("out", args.out, device);
-  expect_unit_last_stride("out", args.out);
+  expect_layout("out", args.out);
   expect_data("out", args.out);
   expect_size("out", args.out, 0, m.tokens, "tokens, as in states_o");
   expect_size("out", args.out, 1, m.heads, "heads, as in states_o");

@@ -10,6 +10,7 @@
 
 #include "attention_case.hpp"
 #include "flashkit/attention.hpp"
+#include "mask_kinds.hpp"
 
 namespace flashkit::testing {
 namespace {
@@ -20,68 +21,6 @@ namespace {
 // 2x plain error alone holds, 1e-5 is a margin.
 double atol_for(DType) {
   return 1e-5;
-}
-
-enum class MaskKind { none, causal_tl, causal_br, window, alibi, softcap, prefix };
-const MaskKind kAllMasks[] = {MaskKind::none,   MaskKind::causal_tl, MaskKind::causal_br,
-                              MaskKind::window, MaskKind::alibi,     MaskKind::softcap,
-                              MaskKind::prefix};
-
-const char* mask_name(MaskKind m) {
-  switch (m) {
-    case MaskKind::none:
-      return "none";
-    case MaskKind::causal_tl:
-      return "causal_tl";
-    case MaskKind::causal_br:
-      return "causal_br";
-    case MaskKind::window:
-      return "window";
-    case MaskKind::alibi:
-      return "alibi";
-    case MaskKind::softcap:
-      return "softcap";
-    case MaskKind::prefix:
-      return "prefix";
-  }
-  return "?";
-}
-
-void apply_mask(CaseSpec& s, MaskKind m) {
-  switch (m) {
-    case MaskKind::none:
-      return;
-    case MaskKind::causal_tl:
-      s.causal = true;
-      s.align = CausalAlign::top_left;
-      return;
-    case MaskKind::causal_br:
-      s.causal = true;
-      return;
-    case MaskKind::window:
-      s.window_left = 37;
-      s.window_right = 9;
-      return;
-    case MaskKind::alibi:
-      s.alibi = true;
-      s.causal = true;
-      return;
-    case MaskKind::softcap:  // scale 1: scores where tanh bends, so its derivative matters
-      s.softcap = 2.5f;
-      s.softmax_scale = 1.0f;
-      return;
-    case MaskKind::prefix:
-      s.causal = true;
-      s.align = CausalAlign::top_left;
-      s.prefix_len = 29;
-      return;
-  }
-}
-
-std::vector<std::int64_t> shape_of(const HostTensor& t) {
-  std::vector<std::int64_t> s;
-  for (int i = 0; i < t.view().rank(); ++i) s.push_back(t.view().size(i));
-  return s;
 }
 
 // out (in the input dtype) and lse from the tiled forward, as a training step produces them.
@@ -100,8 +39,8 @@ struct Grads {
 };
 
 Grads poisoned_grads(const CaseData& c, DType dtype) {
-  Grads g{HostTensor(dtype, shape_of(c.q)), HostTensor(dtype, shape_of(c.k)),
-          HostTensor(dtype, shape_of(c.v))};
+  Grads g{HostTensor(dtype, c.q.shape()), HostTensor(dtype, c.k.shape()),
+          HostTensor(dtype, c.v.shape())};
   g.dq.poison();
   g.dk.poison();
   g.dv.poison();
@@ -215,7 +154,7 @@ HostTensor strided(DType dtype, const std::vector<std::int64_t>& shape) {
 }
 
 HostTensor strided_copy(const HostTensor& t) {
-  HostTensor s = strided(t.dtype(), shape_of(t));
+  HostTensor s = strided(t.dtype(), t.shape());
   s.set_values(t.values());
   return s;
 }
@@ -226,8 +165,8 @@ TEST(TiledBackward, StridedTensors) {
   SCOPED_TRACE(s.name());
   const CaseData c = make_case(s);
   const Forward f = forward_of(c);
-  Grads g{strided(s.dtype, shape_of(c.q)), strided(s.dtype, shape_of(c.k)),
-          strided(s.dtype, shape_of(c.v))};
+  Grads g{strided(s.dtype, c.q.shape()), strided(s.dtype, c.k.shape()),
+          strided(s.dtype, c.v.shape())};
   BackwardArgs a = c.backward_args(f.out, f.lse, g.dq, g.dk, g.dv, Algo::fa2);
   const HostTensor q = strided_copy(c.q), k = strided_copy(c.k), v = strided_copy(c.v),
                    dout = strided_copy(c.dout), out = strided_copy(f.out);

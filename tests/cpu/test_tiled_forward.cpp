@@ -19,6 +19,7 @@
 #include "cpu/tiled_common.hpp"
 #include "cpu/tiled_math.hpp"
 #include "flashkit/attention.hpp"
+#include "mask_kinds.hpp"
 
 namespace flashkit::testing {
 namespace {
@@ -159,62 +160,6 @@ double atol_for(DType dtype) {
   return dtype == DType::f32 ? 2e-6 : 1e-5;
 }
 constexpr double kLseTol = 1e-5;  // fp32 lse, |lse| < ~20 here; observed max error 4e-6
-
-enum class MaskKind { none, causal_tl, causal_br, window, alibi, softcap, prefix };
-const MaskKind kAllMasks[] = {MaskKind::none,   MaskKind::causal_tl, MaskKind::causal_br,
-                              MaskKind::window, MaskKind::alibi,     MaskKind::softcap,
-                              MaskKind::prefix};
-
-const char* mask_name(MaskKind m) {
-  switch (m) {
-    case MaskKind::none:
-      return "none";
-    case MaskKind::causal_tl:
-      return "causal_tl";
-    case MaskKind::causal_br:
-      return "causal_br";
-    case MaskKind::window:
-      return "window";
-    case MaskKind::alibi:
-      return "alibi";
-    case MaskKind::softcap:
-      return "softcap";
-    case MaskKind::prefix:
-      return "prefix";
-  }
-  return "?";
-}
-
-void apply_mask(CaseSpec& s, MaskKind m) {
-  switch (m) {
-    case MaskKind::none:
-      return;
-    case MaskKind::causal_tl:
-      s.causal = true;
-      s.align = CausalAlign::top_left;
-      return;
-    case MaskKind::causal_br:
-      s.causal = true;
-      return;
-    case MaskKind::window:  // both sides bounded, not aligned with any tile size
-      s.window_left = 37;
-      s.window_right = 9;
-      return;
-    case MaskKind::alibi:
-      s.alibi = true;
-      s.causal = true;
-      return;
-    case MaskKind::softcap:  // scale 1 pushes scores to |s| ~ 4, where tanh bends
-      s.softcap = 2.5f;
-      s.softmax_scale = 1.0f;
-      return;
-    case MaskKind::prefix:
-      s.causal = true;
-      s.align = CausalAlign::top_left;
-      s.prefix_len = 29;
-      return;
-  }
-}
 
 struct Outputs {
   HostTensor out, lse;

@@ -17,12 +17,6 @@
 namespace flashkit::testing {
 namespace {
 
-std::vector<std::int64_t> shape_of(const HostTensor& t) {
-  std::vector<std::int64_t> s;
-  for (int i = 0; i < t.view().rank(); ++i) s.push_back(t.view().size(i));
-  return s;
-}
-
 struct GpuGrads {
   HostTensor dq, dk, dv;
 };
@@ -36,8 +30,8 @@ GpuGrads run_backward(const CaseData& c, DType grad_dtype, Algo algo = Algo::aut
   const bool same_dims = c.spec.dim_v() == c.spec.head_dim;
   attention_forward(
       dev.forward_args(c, d_out.view(), d_lse.view(), same_dims ? Algo::automatic : Algo::fa1));
-  GpuGrads g{HostTensor(grad_dtype, shape_of(c.q)), HostTensor(grad_dtype, shape_of(c.k)),
-             HostTensor(grad_dtype, shape_of(c.v))};
+  GpuGrads g{HostTensor(grad_dtype, c.q.shape()), HostTensor(grad_dtype, c.k.shape()),
+             HostTensor(grad_dtype, c.v.shape())};
   DeviceTensor dq(g.dq), dk(g.dk), dv(g.dv);
   dq.poison();
   dk.poison();

@@ -158,12 +158,6 @@ PlainHead plain_head(const Dense& x, std::int64_t b, std::int64_t h) {
   return r;
 }
 
-std::vector<std::int64_t> shape_of(const HostTensor& t) {
-  std::vector<std::int64_t> s;
-  for (int i = 0; i < t.view().rank(); ++i) s.push_back(t.view().size(i));
-  return s;
-}
-
 Dense dense_of(const CaseData& c) {
   return Dense{c, c.q.values(), c.k.values(), c.v.values(), c.dout.values()};
 }
@@ -266,8 +260,7 @@ ForwardResult oracle_forward(const CaseData& c) {
 BackwardResult oracle_backward(const CaseData& c) {
   HostTensor out(DType::f64, c.out_shape());
   HostTensor lse(DType::f32, c.lse_shape());
-  HostTensor dq(DType::f64, shape_of(c.q)), dk(DType::f64, shape_of(c.k)),
-      dv(DType::f64, shape_of(c.v));
+  HostTensor dq(DType::f64, c.q.shape()), dk(DType::f64, c.k.shape()), dv(DType::f64, c.v.shape());
   dq.poison();
   dk.poison();
   dv.poison();

@@ -58,6 +58,12 @@ void HostTensor::poison() {
   }
 }
 
+std::vector<std::int64_t> HostTensor::shape() const {
+  std::vector<std::int64_t> s;
+  for (int i = 0; i < view_.rank(); ++i) s.push_back(view_.size(i));
+  return s;
+}
+
 std::vector<double> HostTensor::values() const {
   std::vector<double> out(static_cast<std::size_t>(numel()));
   for (std::int64_t i = 0; i < numel(); ++i) out[std::size_t(i)] = at(i);

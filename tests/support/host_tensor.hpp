@@ -27,6 +27,7 @@ class HostTensor {
   const Tensor& view() const { return view_; }
   operator const Tensor&() const { return view_; }  // NOLINT: passes where a Tensor is asked
   std::int64_t numel() const { return view_.numel(); }
+  std::vector<std::int64_t> shape() const;
   DType dtype() const { return view_.dtype(); }
 
   // Uniform random values in [lo, hi), rounded to the dtype (never zeros: fresh inputs).

@@ -7,16 +7,9 @@
 
 #include "attention_case.hpp"
 #include "flashkit/attention.hpp"
+#include "mask_kinds.hpp"
 
 namespace flashkit::testing {
-
-// The mask settings every forward suite sweeps (the same as the CPU suites').
-enum class MaskKind { none, causal_tl, causal_br, window, alibi, softcap, prefix };
-inline constexpr MaskKind kAllMasks[] = {MaskKind::none,   MaskKind::causal_tl, MaskKind::causal_br,
-                                         MaskKind::window, MaskKind::alibi,     MaskKind::softcap,
-                                         MaskKind::prefix};
-const char* mask_name(MaskKind m);
-void apply_mask(CaseSpec& s, MaskKind m);
 
 // Runs the case on cuda:0 with `algo` and output dtype `out_dtype`, and EXPECTs out and lse to
 // match the oracle.

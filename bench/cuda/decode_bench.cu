@@ -1,0 +1,410 @@
+// Paged decode benchmark on one CUDA device, BENCH.md's decode grid: GQA 32 query / 8 KV heads,
+// d 128, one query token per sequence, (batch, kv_len) in {(1, 32k), (16, 8k), (64, 4k),
+// (128, 2k)}, bf16 and e4m3 pages of 16 and 256 tokens (page ids shuffled), the split plan's
+// choice (num_splits 0). Each call is captured in a CUDA graph (what serving engines replay for
+// decode; it also proves the call capturable), timed with CUDA events after a warm-up, median of
+// 30; the KV is rotated over copies when one copy is under 3x the L2. Sampled outputs are checked
+// against a double-precision host reference before the time is kept, and the streaming-read
+// ceiling (16-byte loads over 8 GiB) is measured in the same run. Writes BENCH.md's schema.
+//
+//   flashkit_decode_bench --out FILE.json [--commit SHA] [--no-ceiling]
+//
+// GB/s counts the K and V bytes: 2 * batch * kv_len * kv_heads * d * bytes per element (the f32
+// e4m3 scales, 4 bytes per 16-token page and head, add 0.2 % and are not counted).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "flashkit/flashkit.hpp"
+
+namespace {
+
+constexpr int kHeadsQ = 32, kHeadsKv = 8, kDim = 128;
+// Uniform [-1, 1) over this scale fills e4m3's [-64, 64): full precision, no saturation.
+constexpr float kFp8Scale = 1.0f / 64;
+constexpr std::uint32_t kSeedK = 1, kSeedV = 2, kSeedQ = 3;
+
+void check(cudaError_t s, const char* what) {
+  if (s != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(s));
+}
+
+struct Buffer {
+  void* p = nullptr;
+  explicit Buffer(std::size_t bytes) {
+    check(cudaMalloc(&p, bytes < 16 ? 16 : bytes), "cudaMalloc");
+  }
+  ~Buffer() { cudaFree(p); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+};
+
+// Uniform values in [-1, 1) from a hash of the element index: fresh inputs, and the host can
+// recompute any element for the reference without copying the pool back.
+__host__ __device__ float hashed_unit(std::int64_t i, std::uint32_t seed) {
+  std::uint32_t x = std::uint32_t(i) * 2654435761u ^ std::uint32_t(i >> 32) * 0x9e3779b9u ^ seed;
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return float(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+__host__ __device__ std::uint8_t e4m3_of(std::int64_t i, std::uint32_t seed) {
+  return __nv_cvt_float_to_fp8(hashed_unit(i, seed) / kFp8Scale, __NV_SATFINITE, __NV_E4M3);
+}
+
+__global__ void fill_bf16(__nv_bfloat16* p, std::int64_t n, std::uint32_t seed) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    p[i] = __float2bfloat16_rn(hashed_unit(i, seed));
+  }
+}
+
+__global__ void fill_e4m3(std::uint8_t* p, std::int64_t n, std::uint32_t seed) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    p[i] = e4m3_of(i, seed);
+  }
+}
+
+__global__ void fill_f32(float* p, std::int64_t n, float value) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    p[i] = value;
+  }
+}
+
+// Reads n 16-byte vectors once; the xor keeps the compiler from dropping the loads.
+__global__ void read_all(const uint4* p, std::int64_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const uint4 v = p[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+// The value element i of a pool holds, as the kernels read it.
+double stored_value(bool fp8, std::int64_t i, std::uint32_t seed) {
+  if (fp8) {
+    const __half h(__nv_cvt_fp8_to_halfraw(e4m3_of(i, seed), __NV_E4M3));
+    return double(__half2float(h)) * kFp8Scale;
+  }
+  return __bfloat162float(__float2bfloat16_rn(hashed_unit(i, seed)));
+}
+
+// Median milliseconds of `reps` runs after `warmup` runs, one event pair per run.
+double median_ms(const std::function<void(int)>& run, int warmup, int reps, cudaStream_t stream) {
+  for (int i = 0; i < warmup; ++i) run(i);
+  check(cudaStreamSynchronize(stream), "warm-up");
+  std::vector<cudaEvent_t> ev(2 * std::size_t(reps));
+  for (auto& e : ev) check(cudaEventCreate(&e), "cudaEventCreate");
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(ev[2 * std::size_t(i)], stream);
+    run(i);
+    cudaEventRecord(ev[2 * std::size_t(i) + 1], stream);
+  }
+  check(cudaStreamSynchronize(stream), "timed runs");
+  std::vector<double> ms(static_cast<std::size_t>(reps));
+  for (int i = 0; i < reps; ++i) {
+    float t = 0;
+    cudaEventElapsedTime(&t, ev[2 * std::size_t(i)], ev[2 * std::size_t(i) + 1]);
+    ms[std::size_t(i)] = t;
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+double read_ceiling_gbs(int sms, cudaStream_t stream) {
+  const std::size_t bytes = std::size_t(8) << 30;  // 8 GiB, far past the L2
+  Buffer r(bytes), sink(4);
+  check(cudaMemset(r.p, 1, bytes), "cudaMemset");
+  const double ms = median_ms(
+      [&](int) {
+        read_all<<<unsigned(sms * 16), 512, 0, stream>>>(static_cast<const uint4*>(r.p),
+                                                         std::int64_t(bytes / 16),
+                                                         static_cast<unsigned*>(sink.p));
+      },
+      2, 20, stream);
+  return double(bytes) / (ms * 1e-3) / 1e9;
+}
+
+struct Config {
+  int batch, kv_len, page_size;
+  bool fp8;
+  double kv_bytes() const { return 2.0 * batch * double(kv_len) * kHeadsKv * kDim * (fp8 ? 1 : 2); }
+};
+
+struct Row {
+  Config c;
+  int num_splits;
+  bool graph;
+  double ms, gbs, max_err;
+};
+
+// Max |out - reference| over the query heads of KV heads 0 and 7 of the first and last sequence,
+// the reference in double from the pool values the host recomputes.
+double sampled_error(const Config& c, const std::vector<std::int32_t>& table, const void* d_out) {
+  const std::int64_t pages = c.kv_len / c.page_size;
+  std::vector<std::uint16_t> out(std::size_t(c.batch) * kHeadsQ * kDim);
+  check(cudaMemcpy(out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost), "copy out");
+  const double scale = 1.0 / std::sqrt(double(kDim));
+  double worst = 0;
+  std::vector<double> k(std::size_t(c.kv_len) * kDim), v(k.size()), s(std::size_t(c.kv_len));
+  const std::vector<int> sequences =
+      c.batch > 1 ? std::vector<int>{0, c.batch - 1} : std::vector<int>{0};
+  for (int b : sequences) {
+    for (int hk : {0, kHeadsKv - 1}) {
+      for (int t = 0; t < c.kv_len; ++t) {
+        const std::int64_t page = table[std::size_t(b * pages + t / c.page_size)];
+        const std::int64_t row = ((page * c.page_size + t % c.page_size) * kHeadsKv + hk) * kDim;
+        for (int e = 0; e < kDim; ++e) {
+          k[std::size_t(t) * kDim + e] = stored_value(c.fp8, row + e, kSeedK);
+          v[std::size_t(t) * kDim + e] = stored_value(c.fp8, row + e, kSeedV);
+        }
+      }
+      for (int g = 0; g < kHeadsQ / kHeadsKv; ++g) {
+        const int h = hk * (kHeadsQ / kHeadsKv) + g;
+        const std::int64_t q0 = (std::int64_t(b) * kHeadsQ + h) * kDim;
+        double m = -1e300;
+        for (int t = 0; t < c.kv_len; ++t) {
+          double dot = 0;
+          for (int e = 0; e < kDim; ++e) {
+            dot += double(__bfloat162float(__float2bfloat16_rn(hashed_unit(q0 + e, kSeedQ)))) *
+                   k[std::size_t(t) * kDim + e];
+          }
+          s[std::size_t(t)] = dot * scale;
+          m = std::max(m, s[std::size_t(t)]);
+        }
+        double l = 0;
+        for (double& x : s) l += (x = std::exp(x - m));
+        for (int e = 0; e < kDim; ++e) {
+          double o = 0;
+          for (int t = 0; t < c.kv_len; ++t) o += s[std::size_t(t)] * v[std::size_t(t) * kDim + e];
+          const std::uint32_t bits = std::uint32_t(out[std::size_t(q0 + e)]) << 16;
+          float got;
+          std::memcpy(&got, &bits, 4);
+          worst = std::max(worst, std::abs(o / l - double(got)));
+        }
+      }
+    }
+  }
+  return worst;
+}
+
+Row run_config(const Config& c, int sms, double l2_bytes, cudaStream_t stream) {
+  using flashkit::Device;
+  using flashkit::DType;
+  using flashkit::Tensor;
+  const std::int64_t pages_per_seq = c.kv_len / c.page_size;
+  const std::int64_t set_pages = c.batch * pages_per_seq;
+  const int sets = int(std::clamp(std::ceil(3 * l2_bytes / c.kv_bytes()), 1.0, 4.0));
+  const std::int64_t num_pages = sets * set_pages;
+  const std::int64_t pool_elems = num_pages * c.page_size * kHeadsKv * kDim;
+  const std::size_t elem = c.fp8 ? 1 : 2;
+  Buffer k(std::size_t(pool_elems) * elem), v(std::size_t(pool_elems) * elem);
+  Buffer scales(std::size_t(num_pages) * kHeadsKv * 4);
+  Buffer q(std::size_t(c.batch) * kHeadsQ * kDim * 2),
+      out(std::size_t(c.batch) * kHeadsQ * kDim * 2);
+  Buffer lse(std::size_t(c.batch) * kHeadsQ * 4), lens(std::size_t(c.batch) * 4);
+  Buffer tables(std::size_t(sets * set_pages) * 4);
+  if (c.fp8) {
+    fill_e4m3<<<1024, 256, 0, stream>>>(static_cast<std::uint8_t*>(k.p), pool_elems, kSeedK);
+    fill_e4m3<<<1024, 256, 0, stream>>>(static_cast<std::uint8_t*>(v.p), pool_elems, kSeedV);
+    fill_f32<<<64, 256, 0, stream>>>(static_cast<float*>(scales.p), num_pages * kHeadsKv,
+                                     kFp8Scale);
+  } else {
+    fill_bf16<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(k.p), pool_elems, kSeedK);
+    fill_bf16<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(v.p), pool_elems, kSeedV);
+  }
+  fill_bf16<<<64, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(q.p),
+                                    std::int64_t(c.batch) * kHeadsQ * kDim, kSeedQ);
+  check(cudaGetLastError(), "fill kernels");
+
+  // Set s owns pages [s * set_pages, (s + 1) * set_pages), handed out in a shuffled order.
+  std::vector<std::int32_t> table(std::size_t(sets * set_pages));
+  std::mt19937 rng(std::uint32_t(c.batch * 7 + c.page_size));
+  for (int s = 0; s < sets; ++s) {
+    const auto first = table.begin() + std::ptrdiff_t(s * set_pages);
+    std::iota(first, first + std::ptrdiff_t(set_pages), std::int32_t(s * set_pages));
+    std::shuffle(first, first + std::ptrdiff_t(set_pages), rng);
+  }
+  check(cudaMemcpy(tables.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "tables");
+  const std::vector<std::int32_t> seq_lens(std::size_t(c.batch), c.kv_len);
+  check(cudaMemcpy(lens.p, seq_lens.data(), seq_lens.size() * 4, cudaMemcpyHostToDevice), "lens");
+
+  const flashkit::PagedSplitPlan plan =
+      flashkit::plan_paged_split(c.batch, 1, kHeadsQ, kHeadsKv, kDim, c.kv_len, sms);
+  Buffer workspace(std::size_t(std::max<std::int64_t>(plan.workspace_elems, 1)) * 4);
+
+  const Device dev = Device::cuda(0);
+  const DType kv = c.fp8 ? DType::e4m3 : DType::bf16;
+  std::vector<flashkit::PagedAttentionArgs> calls(static_cast<std::size_t>(sets));
+  for (int s = 0; s < sets; ++s) {
+    flashkit::PagedAttentionArgs& a = calls[std::size_t(s)];
+    a.q = Tensor(q.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
+    a.out = Tensor(out.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
+    a.lse = Tensor(lse.p, DType::f32, {c.batch, kHeadsQ, 1}, dev);
+    a.kv.k_pages = Tensor(k.p, kv, {num_pages, c.page_size, kHeadsKv, kDim}, dev);
+    a.kv.v_pages = Tensor(v.p, kv, {num_pages, c.page_size, kHeadsKv, kDim}, dev);
+    if (c.fp8) {
+      a.kv.k_scale = Tensor(scales.p, DType::f32, {num_pages, kHeadsKv}, dev);
+      a.kv.v_scale = a.kv.k_scale;
+    }
+    a.kv.block_table = Tensor(static_cast<std::int32_t*>(tables.p) + s * set_pages, DType::i32,
+                              {c.batch, pages_per_seq}, dev);
+    a.kv.seq_lens = Tensor(lens.p, DType::i32, {c.batch}, dev);
+    a.mask.causal = true;
+    a.num_splits = 0;
+    a.workspace =
+        Tensor(workspace.p, DType::f32, {std::max<std::int64_t>(plan.workspace_elems, 1)}, dev);
+    a.stream = stream;
+  }
+
+  check(cudaMemsetAsync(out.p, 0xFF, std::size_t(c.batch) * kHeadsQ * kDim * 2, stream), "poison");
+  flashkit::paged_attention(calls[0]);
+  check(cudaStreamSynchronize(stream), "first call");
+  Row r{c, plan.num_splits, true, 0, 0, sampled_error(c, table, out.p)};
+
+  // One graph per KV copy; direct calls if capture fails (then "graph": false in the row).
+  std::vector<cudaGraphExec_t> graphs;
+  for (const auto& a : calls) {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    bool ok = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess;
+    try {
+      if (ok) flashkit::paged_attention(a);
+    } catch (const std::exception&) {
+      ok = false;
+    }
+    ok = cudaStreamEndCapture(stream, &g) == cudaSuccess && ok;
+    ok = ok && cudaGraphInstantiate(&exec, g, 0) == cudaSuccess;
+    if (g != nullptr) cudaGraphDestroy(g);
+    if (!ok) {
+      cudaGetLastError();
+      r.graph = false;
+      break;
+    }
+    graphs.push_back(exec);
+  }
+  r.ms = median_ms(
+      [&](int i) {
+        const std::size_t s = std::size_t(i % sets);
+        if (r.graph) {
+          check(cudaGraphLaunch(graphs[s], stream), "cudaGraphLaunch");
+        } else {
+          flashkit::paged_attention(calls[s]);
+        }
+      },
+      5, 30, stream);
+  for (cudaGraphExec_t e : graphs) cudaGraphExecDestroy(e);
+  r.gbs = c.kv_bytes() / (r.ms * 1e-3) / 1e9;
+  return r;
+}
+
+std::string now_utc() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+void write_json(const std::string& path, const std::string& commit, const std::string& device,
+                double read_gbs, const std::vector<Row>& rows) {
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  std::ofstream f(path);
+  f << "{\"suite\": \"decode\", \"commit\": \"" << commit << "\", \"date\": \"" << now_utc()
+    << "\", \"device\": \"" << device << "\",\n \"versions\": {\"cuda_runtime\": " << runtime
+    << ", \"cuda_driver\": " << driver << ", \"flashkit\": \"" << flashkit::version()
+    << "\"},\n \"ceilings\": {\"read_gbs\": " << read_gbs << "},\n \"rows\": [";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    f << (i ? ",\n  " : "\n  ") << "{\"impl\": \"" << (r.c.fp8 ? "flashkit-fp8" : "flashkit")
+      << "\", \"config\": {\"batch\": " << r.c.batch << ", \"kv_len\": " << r.c.kv_len
+      << ", \"page_size\": " << r.c.page_size << ", \"dtype\": \"" << (r.c.fp8 ? "e4m3" : "bf16")
+      << "\", \"heads_q\": " << kHeadsQ << ", \"heads_kv\": " << kHeadsKv << ", \"d\": " << kDim
+      << ", \"q_len\": 1"
+      << ", \"num_splits\": " << r.num_splits << "}, \"graph\": " << (r.graph ? "true" : "false")
+      << ", \"ms\": " << r.ms << ", \"gbs\": " << r.gbs
+      << ", \"read_fraction\": " << (read_gbs > 0 ? r.gbs / read_gbs : 0)
+      << ", \"max_abs_err_sampled\": " << r.max_err << "}";
+  }
+  f << "\n]}\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out = "decode.json", commit = "unknown";
+  bool ceiling = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (a == "--out" && has_value) {
+      out = argv[++i];
+    } else if (a == "--commit" && has_value) {
+      commit = argv[++i];
+    } else if (a == "--no-ceiling") {
+      ceiling = false;
+    } else {
+      std::fprintf(stderr, "usage: %s --out FILE.json [--commit SHA] [--no-ceiling]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    cudaStream_t stream = nullptr;
+    check(cudaStreamCreate(&stream), "cudaStreamCreate");
+    const double read_gbs = ceiling ? read_ceiling_gbs(prop.multiProcessorCount, stream) : 0;
+    std::printf("device %s: streaming read %.0f GB/s\n", prop.name, read_gbs);
+    std::vector<Row> rows;
+    for (bool fp8 : {false, true}) {
+      for (int page_size : {16, 256}) {
+        for (auto [batch, kv_len] :
+             {std::pair<int, int>{1, 32768}, {16, 8192}, {64, 4096}, {128, 2048}}) {
+          rows.push_back(run_config({batch, kv_len, page_size, fp8}, prop.multiProcessorCount,
+                                    double(prop.l2CacheSize), stream));
+        }
+      }
+    }
+    write_json(out, commit, prop.name, read_gbs, rows);
+    std::printf("%-13s %5s %6s %5s %6s %6s %9s %8s %6s %9s\n", "impl", "batch", "kv_len", "page",
+                "splits", "graph", "ms", "GB/s", "ceil%", "max_err");
+    bool ok = true;
+    for (const Row& r : rows) {
+      std::printf("%-13s %5d %6d %5d %6d %6s %9.4f %8.0f %5.1f%% %9.2e\n",
+                  r.c.fp8 ? "flashkit-fp8" : "flashkit", r.c.batch, r.c.kv_len, r.c.page_size,
+                  r.num_splits, r.graph ? "yes" : "no", r.ms, r.gbs,
+                  read_gbs > 0 ? 100 * r.gbs / read_gbs : 0.0, r.max_err);
+      ok = ok && r.max_err < 1e-2;  // bf16 outputs below 1: a couple of ulps
+    }
+    cudaStreamDestroy(stream);
+    if (!ok) std::printf("WARNING: a sampled output differs from the host reference\n");
+    return ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench failed: %s\n", e.what());
+    return 1;
+  }
+}

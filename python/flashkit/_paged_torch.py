@@ -1,0 +1,156 @@
+"""Paged attention as torch custom ops: flashkit::paged_fwd (out, lse) and flashkit::append_kv
+(writes the pages in place, declared as mutating them). Outputs and the split workspace are
+allocated with torch on the inputs' device, and kernels launch on the current CUDA stream without
+host synchronization, so decode steps can be captured in CUDA graphs and traced by torch.compile.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _flashkit
+from ._arrays import lse_shape, out_shape
+from ._torch_ops import _on_device, _stream, _view
+
+
+def _alloc(q: Tensor, v_pages: Tensor, packed: bool) -> tuple[Tensor, Tensor]:
+    out = q.new_empty(out_shape(q, v_pages))
+    lse = q.new_empty(lse_shape(q, packed), dtype=torch.float32)
+    return out, lse
+
+
+def _split_workspace(q, v_pages, block_table, packed, max_seqlen_q, num_splits):
+    """(num_splits, workspace) for a CUDA call: the plan the C++ side would make (SMs, the
+    table's capacity), resolved here so that the workspace can be a torch allocation. The CPU
+    backend allocates its own."""
+    if not q.is_cuda:
+        return num_splits, None
+    heads_q, dv = q.shape[-2], v_pages.shape[-1]
+    rows = q.shape[0] if packed else q.shape[0] * q.shape[1]
+    if num_splits == 0:
+        batch = block_table.shape[0]
+        q_len = max_seqlen_q if packed else q.shape[1]
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        capacity = block_table.shape[1] * v_pages.shape[1]
+        num_splits, _ = _flashkit.plan_paged_split(
+            batch, q_len, heads_q, v_pages.shape[2], dv, capacity, sms
+        )
+    elems = _flashkit.paged_workspace_elems(num_splits, rows, heads_q, dv)
+    return num_splits, (q.new_empty((elems,), dtype=torch.float32) if elems else None)
+
+
+@torch.library.custom_op("flashkit::paged_fwd", mutates_args=())
+def paged_fwd(
+    q: Tensor,
+    k_pages: Tensor,
+    v_pages: Tensor,
+    block_table: Tensor,
+    seq_lens: Tensor,
+    k_scale: Optional[Tensor],
+    v_scale: Optional[Tensor],
+    cu_seqlens_q: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
+    softmax_scale: Optional[float],
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    max_seqlen_q: int,
+    num_splits: int,
+    algo: str,
+) -> tuple[Tensor, Tensor]:
+    packed = cu_seqlens_q is not None
+    out, lse = _alloc(q, v_pages, packed)
+    num_splits, workspace = _split_workspace(
+        q, v_pages, block_table, packed, max_seqlen_q, num_splits
+    )
+    o = _flashkit.PagedOptions()
+    o.softmax_scale = softmax_scale
+    o.causal = causal
+    o.window_left = window_left
+    o.window_right = window_right
+    o.softcap = softcap
+    o.max_seqlen_q = max_seqlen_q
+    o.num_splits = num_splits
+    o.algo = algo
+    o.stream = _stream(q)
+    with _on_device(q):
+        _flashkit.paged_attention(
+            _view(q),
+            _view(k_pages),
+            _view(v_pages),
+            _view(block_table),
+            _view(seq_lens),
+            _view(out),
+            _view(lse),
+            _view(k_scale),
+            _view(v_scale),
+            _view(cu_seqlens_q),
+            _view(alibi_slopes),
+            _view(workspace),
+            o,
+        )
+    return out, lse
+
+
+@paged_fwd.register_fake
+def _(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, cu_seqlens_q, *rest):
+    return _alloc(q, v_pages, cu_seqlens_q is not None)
+
+
+@torch.library.custom_op("flashkit::append_kv", mutates_args=("k_pages", "v_pages"))
+def append_kv(
+    k_new: Tensor,
+    v_new: Tensor,
+    start_pos: Tensor,
+    k_pages: Tensor,
+    v_pages: Tensor,
+    block_table: Tensor,
+    k_scale: Optional[Tensor],
+    v_scale: Optional[Tensor],
+) -> None:
+    with _on_device(k_new):
+        _flashkit.append_kv(
+            _view(k_new),
+            _view(v_new),
+            _view(start_pos),
+            _view(k_pages),
+            _view(v_pages),
+            _view(block_table),
+            _view(k_scale),
+            _view(v_scale),
+            _stream(k_new),
+        )
+
+
+@append_kv.register_fake
+def _(k_new, v_new, start_pos, k_pages, v_pages, block_table, k_scale, v_scale):
+    return None
+
+
+def forward(
+    q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, cu_seqlens_q, alibi_slopes, o
+):
+    """paged_fwd with the scalars of a PagedOptions."""
+    return paged_fwd(
+        q,
+        k_pages,
+        v_pages,
+        block_table,
+        seq_lens,
+        k_scale,
+        v_scale,
+        cu_seqlens_q,
+        alibi_slopes,
+        o.softmax_scale,
+        o.causal,
+        o.window_left,
+        o.window_right,
+        o.softcap,
+        o.max_seqlen_q,
+        o.num_splits,
+        o.algo,
+    )

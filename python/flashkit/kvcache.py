@@ -1,0 +1,351 @@
+"""Paged KV cache: attention of new queries against cached pages (decode, chunked prefill),
+writing new tokens into pages, and KVCacheManager, which owns the pages of a cache.
+
+Layouts are vLLM's and FlashAttention's: pages [num_pages, page_size, kv_heads, head_dim] with
+page_size a power of two in 1..256, block_table int32 [batch, max_pages] (sequence b's token t
+lives in page block_table[b, t // page_size] at slot t % page_size), seq_lens int32 [batch]
+counting every cached token. The queries are the last q_len tokens of their sequences (already
+in the cache), so causal masking is bottom-right aligned. e4m3 pages (torch.float8_e4m3fn) come
+with f32 scales [num_pages, kv_heads]: value = stored * scale.
+
+numpy arrays run on the CPU backend; torch tensors (CPU or CUDA) go through the custom ops
+flashkit::paged_fwd and flashkit::append_kv, so torch.compile and CUDA graphs work.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _arrays, _flashkit
+from ._numpy_backend import max_seqlen
+from ._settings import make_settings
+
+if _arrays.torch is not None:
+    from . import _paged_torch
+
+_MAX_PAGE_SIZE = 256
+
+
+def plan_paged_split(batch, q_len, heads_q, heads_kv, head_dim_v, max_seq_len, processors):
+    """(num_splits, workspace_elems): how many parts the keys of every sequence are split into
+    so that batch * heads_kv * num_splits fills `processors` (GPU SMs or CPU threads), and the f32
+    workspace that needs."""
+    return _flashkit.plan_paged_split(
+        batch, q_len, heads_q, heads_kv, head_dim_v, max_seq_len, processors
+    )
+
+
+def _options(softmax_scale, causal, window_size, softcap, max_seqlen_q, num_splits, algo):
+    s = make_settings(
+        softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap
+    )
+    o = _flashkit.PagedOptions()
+    o.softmax_scale = s.softmax_scale
+    o.causal = s.causal
+    o.window_left = s.window_left
+    o.window_right = s.window_right
+    o.softcap = s.softcap
+    o.max_seqlen_q = int(max_seqlen_q)
+    o.num_splits = int(num_splits)
+    o.algo = algo
+    return o
+
+
+def paged_attention(
+    q,
+    k_pages,
+    v_pages,
+    block_table,
+    seq_lens,
+    *,
+    k_scale=None,
+    v_scale=None,
+    cu_seqlens_q=None,
+    max_seqlen_q=None,
+    softmax_scale=None,
+    causal=True,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    num_splits=0,
+    return_lse=False,
+    algo="auto",
+):
+    """Attention of q against the paged cache.
+
+    q [batch, q_len, heads_q, d], or packed [total_q, heads_q, d] with cu_seqlens_q (int32
+    [batch + 1]) when sequences add different numbers of tokens. window_size, softcap,
+    alibi_slopes and softmax_scale as in flashkit.attention. num_splits: 0 lets flashkit choose,
+    1 runs the unsplit kernel, > 1 splits every sequence's keys and merges the parts. algo:
+    "auto" or "reference" (the fp64 oracle, CPU only).
+
+    Returns out (like q), and with return_lse also lse (f32 [batch, heads_q, q_len], or
+    [heads_q, total_q] packed).
+    """
+    kind = _arrays.array_kind(
+        q=q,
+        k_pages=k_pages,
+        v_pages=v_pages,
+        block_table=block_table,
+        seq_lens=seq_lens,
+        k_scale=k_scale,
+        v_scale=v_scale,
+        cu_seqlens_q=cu_seqlens_q,
+        alibi_slopes=alibi_slopes,
+    )
+    packed = cu_seqlens_q is not None
+    _arrays.expect_ndim("q", q, *_arrays.token_layout(packed))
+    for name, pages in (("k_pages", k_pages), ("v_pages", v_pages)):
+        _arrays.expect_ndim(name, pages, 4, "[num_pages, page_size, kv_heads, head_dim]")
+    if packed and max_seqlen_q is None:
+        if kind == "torch":  # reading a CUDA tensor would synchronize the device
+            raise ValueError("max_seqlen_q: expected an int with torch cu_seqlens_q, got None")
+        max_seqlen_q = max_seqlen(cu_seqlens_q)
+    o = _options(softmax_scale, causal, window_size, softcap, max_seqlen_q or 0, num_splits, algo)
+    arrays = (q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, cu_seqlens_q)
+    if kind == "torch":
+        out, lse = _paged_torch.forward(*arrays, alibi_slopes, o)
+    else:
+        out = np.empty(_arrays.out_shape(q, v_pages), dtype=q.dtype)
+        lse = np.empty(_arrays.lse_shape(q, packed), dtype=np.float32)
+        _flashkit.paged_attention(
+            q,
+            k_pages,
+            v_pages,
+            block_table,
+            seq_lens,
+            out,
+            lse,
+            k_scale,
+            v_scale,
+            cu_seqlens_q,
+            alibi_slopes,
+            None,
+            o,
+        )
+    return (out, lse) if return_lse else out
+
+
+def append_kv(
+    k_new, v_new, start_pos, k_pages, v_pages, block_table, *, k_scale=None, v_scale=None
+):
+    """Writes k_new / v_new [batch, n_new, kv_heads, d] into the pages, in place, at token
+    positions start_pos[b] .. start_pos[b] + n_new - 1 of each sequence (start_pos int32
+    [batch]). e4m3 pages store value / scale, rounded to nearest even and saturated at 448."""
+    kind = _arrays.array_kind(
+        k_new=k_new,
+        v_new=v_new,
+        start_pos=start_pos,
+        k_pages=k_pages,
+        v_pages=v_pages,
+        block_table=block_table,
+        k_scale=k_scale,
+        v_scale=v_scale,
+    )
+    for name, x in (("k_new", k_new), ("v_new", v_new)):
+        _arrays.expect_ndim(name, x, 4, "[batch, n_new, kv_heads, head_dim]")
+    if kind == "torch":
+        _paged_torch.append_kv(
+            k_new, v_new, start_pos, k_pages, v_pages, block_table, k_scale, v_scale
+        )
+    else:
+        _flashkit.append_kv(
+            k_new, v_new, start_pos, k_pages, v_pages, block_table, k_scale, v_scale
+        )
+
+
+# --- FlashAttention's flash_attn_with_kvcache on top of the two --------------------------------
+
+
+def _int32(x, like_torch: bool, device=None):
+    if like_torch:
+        t = _arrays.torch
+        return x.to(t.int32) if t.is_tensor(x) else t.tensor(x, dtype=t.int32, device=device)
+    return np.ascontiguousarray(x, dtype=np.int32)
+
+
+def _cache_as_pages(name, cache):
+    """A contiguous cache [batch, seqlen, kv_heads, d] viewed (not copied: appends must land in
+    it) as pages of the largest power-of-two size <= 256 that divides seqlen."""
+    b, s, h, d = cache.shape
+    page = 1
+    while page < _MAX_PAGE_SIZE and s % (2 * page) == 0:
+        page *= 2
+    shape = (b * (s // page), page, h, d)
+    error = ValueError(
+        f"{name}: expected a cache whose [batch, seqlen] dims can be viewed as pages in place "
+        f"(contiguous rows), got a strided view of shape {tuple(cache.shape)}"
+    )
+    if _arrays.is_torch(cache):
+        try:
+            return cache.view(shape), page
+        except RuntimeError as e:
+            raise error from e
+    pages = cache.reshape(shape)
+    if pages.size and pages.ctypes.data != cache.ctypes.data:  # reshape had to copy
+        raise error
+    return pages, page
+
+
+def attention_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k,
+    v,
+    cache_seqlens,
+    block_table,
+    *,
+    softmax_scale,
+    causal,
+    window_size,
+    softcap,
+    alibi_slopes,
+    num_splits,
+    return_softmax_lse,
+):
+    """flash_attn_with_kvcache's semantics (see flashkit.flash_attn_with_kvcache)."""
+    torch_arrays = _arrays.array_kind(q=q, k_cache=k_cache, v_cache=v_cache) == "torch"
+    _arrays.expect_ndim("q", q, 4, "[batch, seqlen_q, heads, head_dim]")
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        _arrays.expect_ndim(
+            name, cache, 4, "[batch or num_blocks, seqlen or page_size, kv_heads, d]"
+        )
+    batch = q.shape[0]
+    device = q.device if torch_arrays else None
+    if block_table is None:  # a contiguous cache per sequence: view it as pages in order
+        if k_cache.shape[0] != batch:
+            raise ValueError(
+                f"k_cache: expected batch {batch} (the batch of q) without block_table, got "
+                f"{k_cache.shape[0]} (cache_batch_idx is not supported)"
+            )
+        k_pages, page = _cache_as_pages("k_cache", k_cache)
+        v_pages, _ = _cache_as_pages("v_cache", v_cache)
+        per_seq = k_cache.shape[1] // page
+        block_table = _int32(
+            np.arange(batch * per_seq).reshape(batch, per_seq), torch_arrays, device
+        )
+    else:
+        k_pages, v_pages, page = k_cache, v_cache, k_cache.shape[1]
+    if cache_seqlens is None:  # the whole cache
+        cache_seqlens = block_table.shape[1] * page
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = [cache_seqlens] * batch
+    cache_seqlens = _int32(cache_seqlens, torch_arrays, device)
+    seq_lens = cache_seqlens
+    if k is not None:
+        append_kv(k, v, cache_seqlens, k_pages, v_pages, block_table)
+        seq_lens = cache_seqlens + k.shape[1]  # stays int32 (numpy and torch alike)
+    return paged_attention(
+        q,
+        k_pages,
+        v_pages,
+        block_table,
+        seq_lens,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=window_size,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        num_splits=num_splits,
+        return_lse=return_softmax_lse,
+    )
+
+
+# --- the cache manager ------------------------------------------------------------------------
+
+
+class KVCacheManager:
+    """The pages of a paged KV cache and the allocator that hands them to sequences.
+
+        cache = KVCacheManager(num_pages=1024, page_size=16, kv_heads=8, head_dim=128)
+        seq = cache.create()
+        cache.append([seq], k, v)                # k, v [1, n_new, kv_heads, head_dim]
+        out = cache.attention([seq], q)          # q [1, q_len, heads_q, head_dim]
+        child = cache.fork(seq)                  # shares every page; copy-on-write on append
+
+    dtype: a numpy dtype (numpy pages, CPU), or a torch dtype with `device` (torch pages); a
+    torch float8_e4m3fn cache gets per-page-per-head scales (k_scale, v_scale) that start at
+    `fp8_scale` and may be set by the caller before a page is written.
+    """
+
+    def __init__(
+        self, num_pages, page_size, kv_heads, head_dim, dtype=np.float16, device=None, fp8_scale=1.0
+    ):
+        self.allocator = _flashkit.BlockAllocator(num_pages, page_size)
+        shape = (num_pages, page_size, kv_heads, head_dim)
+        self.k_scale = self.v_scale = None
+        torch = _arrays.torch
+        self._torch = torch is not None and isinstance(dtype, torch.dtype)
+        if self._torch:
+            self.k_pages = torch.zeros(shape, dtype=dtype, device=device)
+            self.v_pages = torch.zeros(shape, dtype=dtype, device=device)
+            if dtype == torch.float8_e4m3fn:
+                scales = (num_pages, kv_heads)
+                self.k_scale = torch.full(scales, fp8_scale, dtype=torch.float32, device=device)
+                self.v_scale = torch.full(scales, fp8_scale, dtype=torch.float32, device=device)
+        else:
+            self.k_pages = np.zeros(shape, dtype=dtype)
+            self.v_pages = np.zeros(shape, dtype=dtype)
+
+    def create(self) -> int:
+        return self.allocator.create()
+
+    def fork(self, seq: int) -> int:
+        return self.allocator.fork(seq)
+
+    def free(self, seq: int) -> None:
+        self.allocator.free(seq)
+
+    def length(self, seq: int) -> int:
+        return self.allocator.length(seq)
+
+    def tables(self, seqs):
+        """(block_table int32 [len(seqs), max_pages], seq_lens int32 [len(seqs)]) as arrays of
+        the pages' kind and device."""
+        t = self.allocator.tables(list(seqs))
+        table = np.asarray(t["padded"], dtype=np.int32).reshape(len(seqs), t["max_pages"])
+        lens = np.asarray(t["seq_lens"], dtype=np.int32)
+        if self._torch:
+            device = self.k_pages.device
+            return _int32(table, True, device), _int32(lens, True, device)
+        return table, lens
+
+    def append(self, seqs, k, v) -> None:
+        """Appends k, v [len(seqs), n_new, kv_heads, head_dim] at the end of each sequence:
+        pages are allocated (shared last pages copied first), then the tokens written."""
+        seqs = list(seqs)
+        starts = [self.allocator.length(s) for s in seqs]
+        for s in seqs:
+            _, copies = self.allocator.append(s, int(k.shape[1]))
+            for src, dst in copies:
+                for arr in (self.k_pages, self.v_pages, self.k_scale, self.v_scale):
+                    if arr is not None:
+                        arr[dst] = arr[src]
+        table, _ = self.tables(seqs)
+        start = _int32(starts, self._torch, self.k_pages.device if self._torch else None)
+        append_kv(
+            k,
+            v,
+            start,
+            self.k_pages,
+            self.v_pages,
+            table,
+            k_scale=self.k_scale,
+            v_scale=self.v_scale,
+        )
+
+    def attention(self, seqs, q, **kwargs):
+        """paged_attention of q (the last q_len tokens of each sequence, appended already)
+        against the sequences' pages; keyword arguments as in flashkit.paged_attention."""
+        table, lens = self.tables(seqs)
+        return paged_attention(
+            q,
+            self.k_pages,
+            self.v_pages,
+            table,
+            lens,
+            k_scale=self.k_scale,
+            v_scale=self.v_scale,
+            **kwargs,
+        )

@@ -1,0 +1,46 @@
+// e4m3 <-> float for the paged KV cache, host and device (the host side is what the cpu-labelled
+// test checks, and it is the same code sm80 runs).
+//
+// Decoding: sm89+ has cvt.rn.f16x2.e4m3x2, two values per instruction. Below that, e4m3 is f16
+// with a 4-bit exponent: moving s.eeee.mmm into f16's fields (sign to bit 15, eeee.mmm to bits
+// 13..7) gives the value times 2^-8 exactly, subnormals included (f16 bias 15 vs 7), and a
+// multiply by 256 restores it. The NaN codes 0x7f / 0xff decode to +-480 there, not NaN (a cache
+// holding NaN is already broken).
+//
+// Encoding: cuda_fp8.h's __nv_cvt_float_to_fp8 with __NV_SATFINITE, which is the
+// cvt.rn.satfinite.e4m3x2.f32 instruction on sm89+ and an equivalent software rounding on sm80
+// and on the host: round to nearest even, |x| >= 448 and +-inf saturate to +-448, NaN stays NaN.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace flashkit::cuda::decode {
+
+// The four e4m3 values of `w`, lowest byte first (memory order), as floats.
+__host__ __device__ __forceinline__ void e4m3x4_to_float(std::uint32_t w, float* out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  for (int i = 0; i < 2; ++i) {
+    const __half2_raw h =
+        __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w >> (16 * i)), __NV_E4M3);
+    const float2 f = __half22float2(__half2(h));
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+#else
+  for (int i = 0; i < 4; ++i) {
+    const std::uint32_t b = (w >> (8 * i)) & 0xffu;
+    __half_raw h;
+    h.x = static_cast<unsigned short>(((b & 0x80u) << 8) | ((b & 0x7fu) << 7));
+    out[i] = __half2float(__half(h)) * 256.0f;
+  }
+#endif
+}
+
+__host__ __device__ __forceinline__ std::uint8_t float_to_e4m3(float x) {
+  return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+}
+
+}  // namespace flashkit::cuda::decode

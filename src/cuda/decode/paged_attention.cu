@@ -1,0 +1,194 @@
+// paged_attention on CUDA: the decode kernels' own limits on top of core::validate_paged, the
+// kernel parameters, and the launches (stage 1; the split merge when dims.num_splits > 1). No
+// allocation and no synchronisation, so a call can be captured in a CUDA graph.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "core/softmax_state.hpp"
+#include "core/validate.hpp"
+#include "cuda/common/device.hpp"
+#include "cuda/decode/decode_backend.hpp"
+#include "cuda/decode/decode_launch.hpp"
+#include "cuda/decode/decode_params.hpp"
+#include "cuda/decode/decode_shape.cuh"
+
+namespace flashkit::cuda {
+
+namespace {
+
+std::string num(std::int64_t v) {
+  return std::to_string(v);
+}
+
+template <int... kValues>
+bool in_list(std::integer_sequence<int, kValues...>, std::int64_t value) {
+  return ((value == kValues) || ...);
+}
+
+template <int... kValues>
+std::string list_text(std::integer_sequence<int, kValues...>) {
+  std::string s;
+  ((s += (s.empty() ? "{" : ", ") + std::to_string(kValues)), ...);
+  return s + "}";
+}
+
+// 16-byte loads of row pieces: the pointer 16-byte aligned, every stride but the last (the
+// contiguous head dim) a multiple of 16 bytes.
+void check_vector_rows(const std::string& name, const Tensor& t) {
+  const auto address = reinterpret_cast<std::uintptr_t>(t.data());
+  if (address % 16 != 0) {
+    core::fail(name + ".data", "a 16-byte aligned pointer (the decode kernels load 16-byte pieces)",
+               "an address = " + num(std::int64_t(address % 16)) + " mod 16");
+  }
+  const std::int64_t elems = 16 / std::int64_t(dtype_size(t.dtype()));
+  for (int i = 0; i + 1 < t.rank(); ++i) {
+    if (t.stride(i) % elems != 0) {
+      core::fail(name + ".stride[" + num(i) + "]",
+                 "a multiple of " + num(elems) + " elements (16-byte aligned rows)",
+                 num(t.stride(i)));
+    }
+  }
+}
+
+void check_limits(const PagedAttentionArgs& a, const core::PagedDims& d) {
+  const DType kv = a.kv.k_pages.dtype();
+  if (kv != DType::f16 && kv != DType::bf16 && kv != DType::e4m3) {
+    core::fail("kv.k_pages.dtype", "f16, bf16 or e4m3 pages on cuda", dtype_name(kv));
+  }
+  if (!in_list(decode::HeadDims{}, d.head_dim)) {
+    core::fail("q.shape[-1]",
+               "a head dim in " + list_text(decode::HeadDims{}) + " for the CUDA decode kernels",
+               num(d.head_dim));
+  }
+  if (d.head_dim_v != d.head_dim) {
+    core::fail("kv.v_pages.shape[3]", num(d.head_dim) + " (the head dim of q) on cuda",
+               num(d.head_dim_v));
+  }
+  core::expect_dtype_in("out", a.out, {DType::f32, DType::f16, DType::bf16});
+  check_vector_rows("kv.k_pages", a.kv.k_pages);
+  check_vector_rows("kv.v_pages", a.kv.v_pages);
+  // Keys, query rows and grid dims are ints in the kernels.
+  if (d.max_pages * d.page_size > INT_MAX) {
+    core::fail("kv.block_table.shape[1]", "max_pages * page_size < 2^31 tokens on cuda",
+               num(d.max_pages) + " pages of " + num(d.page_size));
+  }
+  if (a.q.size(0) > INT_MAX || d.q_len * d.group() > INT_MAX) {
+    core::fail("q.shape", "fewer than 2^31 query rows on cuda", a.q.shape_str());
+  }
+  if (d.batch > 65535) {
+    core::fail("kv.block_table.shape[0]", "a batch <= 65535 on cuda", num(d.batch));
+  }
+  if (d.num_splits > 65535) core::fail("num_splits", "<= 65535 on cuda", num(d.num_splits));
+  if (d.num_splits > 1 && !a.workspace.defined()) {
+    const std::int64_t rows = d.varlen_q ? a.q.size(0) : d.batch * d.q_len;
+    core::fail("workspace",
+               num(core::paged_workspace_elems(d.num_splits, rows, d.heads_q, d.head_dim_v)) +
+                   " f32 elements for " + num(d.num_splits) +
+                   " splits (the CUDA path allocates nothing, so that it can be graph-captured;"
+                   " plan_paged_split gives the size)",
+               "none");
+  }
+}
+
+int log2_exact(std::int64_t pow2) {
+  int s = 0;
+  while ((std::int64_t(1) << s) < pow2) ++s;
+  return s;
+}
+
+PagedParams make_params(const PagedAttentionArgs& a, const core::PagedDims& d) {
+  PagedParams p{};
+  p.q = a.q.data();
+  p.out = a.out.data();
+  p.lse = a.lse.defined() ? a.lse.data_as<float>() : nullptr;
+  p.q_layout = core::token_layout(a.q, d.varlen_q);
+  p.out_layout = core::token_layout(a.out, d.varlen_q);
+  if (p.lse != nullptr) p.lse_layout = core::lse_layout(a.lse, d.varlen_q);
+
+  const PagedKV& kv = a.kv;
+  p.k_pages = kv.k_pages.data();
+  p.v_pages = kv.v_pages.data();
+  p.k_strides = {kv.k_pages.stride(0), kv.k_pages.stride(1), kv.k_pages.stride(2)};
+  p.v_strides = {kv.v_pages.stride(0), kv.v_pages.stride(1), kv.v_pages.stride(2)};
+  if (d.fp8_kv) {
+    p.k_scale = kv.k_scale.data_as<const float>();
+    p.v_scale = kv.v_scale.data_as<const float>();
+    p.k_scale_page = kv.k_scale.stride(0);
+    p.k_scale_head = kv.k_scale.stride(1);
+    p.v_scale_page = kv.v_scale.stride(0);
+    p.v_scale_head = kv.v_scale.stride(1);
+  }
+  p.block_table = kv.block_table.data_as<const std::int32_t>();
+  p.table_batch = kv.block_table.stride(0);
+  p.table_page = kv.block_table.stride(1);
+  p.seq_lens = kv.seq_lens.data_as<const std::int32_t>();
+  p.seq_lens_stride = kv.seq_lens.stride(0);
+  if (d.varlen_q) {
+    p.cu_seqlens_q = a.cu_seqlens_q.data_as<const std::int32_t>();
+    p.cu_seqlens_stride = a.cu_seqlens_q.stride(0);
+  }
+  const Tensor& slopes = a.mask.alibi_slopes;
+  if (slopes.defined()) {
+    p.alibi_slopes = slopes.data_as<const float>();
+    p.alibi_batch_stride = slopes.rank() == 2 ? slopes.stride(0) : 0;
+    p.alibi_head_stride = slopes.stride(slopes.rank() - 1);
+  }
+
+  p.ws_rows = d.varlen_q ? a.q.size(0) : d.batch * d.q_len;
+  if (d.num_splits > 1) {
+    p.ws_o = a.workspace.data_as<float>();
+    p.ws_lse = p.ws_o + std::int64_t(d.num_splits) * p.ws_rows * d.heads_q * d.head_dim_v;
+  }
+  p.batch = int(d.batch);
+  p.q_len = int(d.q_len);
+  p.heads_q = int(d.heads_q);
+  p.heads_kv = int(d.heads_kv);
+  p.group = int(d.group());
+  p.head_dim = int(d.head_dim);
+  p.page_shift = log2_exact(d.page_size);
+  p.num_splits = d.num_splits;
+  const std::int64_t rows = d.q_len * d.group();
+  p.rows_per_cta = decode::rows_per_cta(rows, d.fp8_kv ? decode::kMaxRowsPerCta<__nv_fp8_e4m3>
+                                                       : decode::kMaxRowsPerCta<__nv_bfloat16>);
+  p.row_tiles = int((rows + p.rows_per_cta - 1) / p.rows_per_cta);
+  p.scale = float(d.scale);
+  p.scale_log2 = float(d.scale * core::kLog2e);
+  p.mask = d.mask;
+  p.q_dtype = a.q.dtype();
+  p.out_dtype = a.out.dtype();
+  return p;
+}
+
+}  // namespace
+
+void paged_attention(const PagedAttentionArgs& args, const core::PagedDims& dims) {
+  const int capability = current_device_capability("q", args.q.device());
+  if (capability < 80) {
+    core::fail("q.device", "compute capability >= 8.0 for the CUDA decode kernels",
+               "sm_" + num(capability));
+  }
+  check_limits(args, dims);
+  const PagedParams p = make_params(args, dims);
+  if (p.batch == 0 || p.q_len == 0 || p.ws_rows == 0) return;  // no query: nothing to write
+  const auto stream = static_cast<cudaStream_t>(args.stream);
+  switch (args.kv.k_pages.dtype()) {
+    case DType::f16:
+      decode::launch_decode<__half>(p, stream);
+      break;
+    case DType::bf16:
+      decode::launch_decode<__nv_bfloat16>(p, stream);
+      break;
+    default:
+      decode::launch_decode<__nv_fp8_e4m3>(p, stream);
+      break;
+  }
+  if (p.num_splits > 1) decode::launch_split_combine(p, stream);
+}
+
+}  // namespace flashkit::cuda
