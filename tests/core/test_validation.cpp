@@ -7,25 +7,11 @@
 #include <string>
 
 #include "attention_case.hpp"
+#include "expect_error.hpp"
 #include "flashkit/flashkit.hpp"
 
 namespace flashkit::testing {
 namespace {
-
-// Runs `call`, expects flashkit::Error about `argument` whose message also says `fragment`.
-void expect_error(const std::function<void()>& call, const std::string& argument,
-                  const std::string& fragment = "") {
-  try {
-    call();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-    EXPECT_NE(std::string(e.what()).find(argument), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("expected"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    return;
-  }
-  ADD_FAILURE() << "no flashkit::Error for " << argument;
-}
 
 class Validation : public ::testing::Test {
  protected:

@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "expect_error.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/info.hpp"
 #include "flashkit/paged.hpp"
@@ -14,19 +15,6 @@
 
 namespace flashkit::testing {
 namespace {
-
-void expect_error(const std::function<void()>& call, const std::string& argument,
-                  const std::string& fragment = "") {
-  try {
-    call();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-    EXPECT_NE(std::string(e.what()).find("expected"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    return;
-  }
-  ADD_FAILURE() << "no flashkit::Error for " << argument;
-}
 
 PagedSpec small_spec(DType kv_dtype = DType::bf16) {
   PagedSpec s;

@@ -1,4 +1,4 @@
-// Checks that a call throws flashkit::Error about a given argument.
+// Checks that a call throws flashkit::Error about a given argument (every validation test).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,6 +17,7 @@ inline void expect_error(const std::function<void()>& call, const std::string& a
     call();
   } catch (const Error& e) {
     EXPECT_EQ(e.argument(), argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(argument), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("expected"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     return;
