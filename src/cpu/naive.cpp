@@ -20,6 +20,7 @@
 #include "core/softmax_state.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cpu/parallel.hpp"
+#include "cpu/tiled_common.hpp"
 #include "cpu/tiled_math.hpp"
 #include "flashkit/error.hpp"
 
@@ -91,13 +92,6 @@ void pack(const Tensor& t, const core::TokenLayout& lay, std::int64_t b, std::in
       dst[transposed ? e * ld + i : i * dim + e] = x;
     }
   }
-}
-
-float alibi_slope(const Mask& mask, std::int64_t b, std::int64_t h) {
-  const Tensor& s = mask.alibi_slopes;
-  if (!s.defined()) return 0.0f;
-  const std::int64_t off = s.rank() == 1 ? h * s.stride(0) : b * s.stride(0) + h * s.stride(1);
-  return s.data_as<const float>()[off];
 }
 
 float row_max(const float* x, std::int64_t n) {
@@ -217,7 +211,7 @@ void scores(Plan& pl) {
     const float* q = pl.w.q.get() + sz((b * d.heads_q + h) * d.seqlen_q * dim);
     const float* kt = pl.kt(b, h / d.group());
     float* s = pl.w.s.get() + pl.slab(b, h);
-    const float slope = alibi_slope(pl.args.mask, b, h);
+    const float slope = tiled::alibi_slope(pl.args.mask.alibi_slopes, b, h);
     const std::int64_t full = nk / kLanes * kLanes;
     for (std::int64_t j0 = 0; j0 < full; j0 += kKeyChunk) {
       const std::int64_t j1 = std::min(full, j0 + kKeyChunk);

@@ -8,6 +8,7 @@
 #include "core/numeric.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cpu/parallel.hpp"
+#include "cpu/tiled_common.hpp"
 
 namespace flashkit::cpu {
 
@@ -39,13 +40,6 @@ void scatter(const Tensor& t, const core::TokenLayout& lay, std::int64_t b, std:
       store_from_double(t.data(), t.dtype(), base + e, m[static_cast<std::size_t>(i * dim + e)]);
     }
   }
-}
-
-double alibi_slope(const Mask& mask, std::int64_t b, std::int64_t h) {
-  const Tensor& s = mask.alibi_slopes;
-  if (!s.defined()) return 0.0;
-  const std::int64_t off = s.rank() == 1 ? h * s.stride(0) : b * s.stride(0) + h * s.stride(1);
-  return s.data_as<const float>()[off];
 }
 
 // One (sequence, query head) of the forward in double: scores, their visibility, probabilities.
@@ -118,7 +112,7 @@ void reference_forward(const AttentionArgs& args, const core::ProblemDims& d) {
     f.q = gather(args.q, lq, b, sp.q_start, sp.len_q, h, d.head_dim);
     f.k = gather(args.k, lk, b, sp.k_start, sp.len_k, hk, d.head_dim);
     f.v = gather(args.v, lv, b, sp.k_start, sp.len_k, hk, d.head_dim_v);
-    run_head_forward(f, d, alibi_slope(args.mask, b, h));
+    run_head_forward(f, d, tiled::alibi_slope(args.mask.alibi_slopes, b, h));
     scatter(args.out, lo, b, sp.q_start, sp.len_q, h, d.head_dim_v, f.o);
     if (want_lse) {
       for (std::int64_t i = 0; i < sp.len_q; ++i) {
@@ -150,7 +144,7 @@ void reference_backward(const BackwardArgs& args, const core::ProblemDims& d) {
       f.q = gather(args.q, lq, b, sp.q_start, sp.len_q, h, d.head_dim);
       f.k = gather(args.k, lk, b, sp.k_start, sp.len_k, hk, d.head_dim);
       f.v = gather(args.v, lv, b, sp.k_start, sp.len_k, hk, d.head_dim_v);
-      run_head_forward(f, d, alibi_slope(args.mask, b, h));
+      run_head_forward(f, d, tiled::alibi_slope(args.mask.alibi_slopes, b, h));
       const auto dout = gather(args.dout, ldo, b, sp.q_start, sp.len_q, h, d.head_dim_v);
       std::vector<double> dq(std::size_t(sp.len_q * d.head_dim), 0.0);
       for (std::int64_t i = 0; i < sp.len_q; ++i) {
