@@ -2,6 +2,7 @@
 #pragma once
 
 #include "flashkit/attention.hpp"
+#include "flashkit/cascade.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/info.hpp"
 #include "flashkit/kv_cache.hpp"

@@ -1,0 +1,48 @@
+// Cascade (shared-prefix) attention for decode and append: requests that share a prompt prefix
+// attend to its KV once, as one shared paged sequence, and to their own suffix separately; the two
+// partial states are merged with merge_states. The result equals paged_attention over each
+// request's prefix + suffix, without storing the prefix once per request. CPU tensors for now:
+// CUDA tensors are refused until the composition has been run on a GPU.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "flashkit/attention.hpp"
+#include "flashkit/paged.hpp"
+#include "flashkit/tensor.hpp"
+
+namespace flashkit {
+
+struct CascadeAttentionArgs {
+  // [batch, q_len, heads_q, d]: each request's new query tokens (the last q_len of its suffix).
+  // With q_len > 1, one stride over batch and tokens (q.stride(0) == q_len * q.stride(1)): the
+  // shared level reads all batch * q_len queries as one sequence.
+  Tensor q;
+  // ONE sequence holding the shared prefix: block_table i32 [1, max_pages], seq_lens i32 [1].
+  // Any length, 0 included (then the result is plain suffix attention).
+  PagedKV shared;
+  // Each request's own tokens after the prefix, including its q_len new tokens at the end:
+  // block_table [batch, max_pages], seq_lens [batch]. Its pages may be the shared level's pool;
+  // a suffix starts at slot 0 of a page even when the prefix ends mid-page.
+  PagedKV suffix;
+  Tensor out;  // like q
+  Tensor lse;  // optional f32 [batch, heads_q, q_len]
+  // Contiguous f32 scratch of at least cascade_workspace_elems() elements on q's device: both
+  // levels' partial outputs and lse.
+  Tensor workspace;
+  std::optional<float> softmax_scale;
+  // causal (bottom-right) applies to the suffix level only: every query sees the whole prefix.
+  // softcap applies to both. window, alibi and prefix_len are refused: key positions across the
+  // two levels are not modelled.
+  Mask mask;
+  Algo algo = Algo::automatic;
+  void* stream = nullptr;
+};
+
+std::int64_t cascade_workspace_elems(std::int64_t batch, std::int64_t q_len, std::int64_t heads_q,
+                                     std::int64_t head_dim_v);
+
+void cascade_attention(const CascadeAttentionArgs& args);
+
+}  // namespace flashkit
