@@ -40,6 +40,15 @@ def _varlen_settings(kind, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     return tuple(lengths)
 
 
+def _checked_settings(kind, q, k, v, varlen_args, **settings):
+    """Checks q, k, v and the varlen arguments (cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+    max_seqlen_k) of one call; returns its settings."""
+    cu_q, cu_k, max_seqlen_q, max_seqlen_k = varlen_args
+    max_q, max_k = _varlen_settings(kind, cu_q, cu_k, max_seqlen_q, max_seqlen_k)
+    _arrays.check_qkv(q, k, v, cu_q is not None or cu_k is not None)
+    return make_settings(max_seqlen_q=max_q, max_seqlen_k=max_k, **settings)
+
+
 def attention(
     q,
     k,
@@ -81,18 +90,18 @@ def attention(
         cu_seqlens_q=cu_seqlens_q,
         cu_seqlens_k=cu_seqlens_k,
     )
-    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    max_q, max_k = _varlen_settings(kind, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    _arrays.check_qkv(q, k, v, varlen)
-    s = make_settings(
+    s = _checked_settings(
+        kind,
+        q,
+        k,
+        v,
+        (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k),
         softmax_scale=softmax_scale,
         causal=causal,
         causal_align=causal_align,
         window_size=window_size,
         softcap=softcap,
         prefix_len=prefix_len,
-        max_seqlen_q=max_q,
-        max_seqlen_k=max_k,
         deterministic=deterministic,
         algo=algo,
     )
@@ -136,18 +145,18 @@ def attention_backward(
         cu_seqlens_q=cu_seqlens_q,
         cu_seqlens_k=cu_seqlens_k,
     )
-    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    max_q, max_k = _varlen_settings(kind, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    _arrays.check_qkv(q, k, v, varlen)
-    s = make_settings(
+    s = _checked_settings(
+        kind,
+        q,
+        k,
+        v,
+        (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k),
         softmax_scale=softmax_scale,
         causal=causal,
         causal_align=causal_align,
         window_size=window_size,
         softcap=softcap,
         prefix_len=prefix_len,
-        max_seqlen_q=max_q,
-        max_seqlen_k=max_k,
         deterministic=deterministic,
         algo=algo,
     )
