@@ -296,8 +296,11 @@ int main(int argc, char** argv) {
     } else if (suite == "prefill_fwd") {
       for (int d : {64, 128, 256})
         for (bool causal : {false, true})
-          for (int n : ns)
-            rows.push_back(run_config({d, n, causal}, flashkit::Algo::fa2, "flashkit", 30));
+          for (int n : ns) {
+            // automatic: the Hopper kernel on sm90, else the same sm80 kernel twice.
+            rows.push_back(run_config({d, n, causal}, flashkit::Algo::automatic, "flashkit", 30));
+            rows.push_back(run_config({d, n, causal}, flashkit::Algo::fa2, "flashkit-fa2", 30));
+          }
     } else if (suite == "lineage") {
       for (int d : {64, 128})
         for (int n : {512, 1024, 2048}) {

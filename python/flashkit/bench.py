@@ -137,6 +137,13 @@ def flashkit_runner(q, k, v, causal):
     return flash_attn_func(q, k, v, causal=causal)
 
 
+def flashkit_fa2_runner(q, k, v, causal):
+    """The sm80 (FA2-class) kernel even where the Hopper one would be picked."""
+    from .api import attention
+
+    return attention(q, k, v, causal=causal, algo="fa2")
+
+
 def close(got, want) -> tuple[bool, float]:
     """bf16 agreement: max error relative to the reference's largest magnitude."""
     err = float((got.float() - want.float()).abs().max() / want.float().abs().max().clamp_min(1e-6))
@@ -171,6 +178,8 @@ def run_config(torch, timer, suite, cfg, rows):
     backward = suite == "prefill_bwd"
     sets = input_sets(torch, shapes, requires_grad=backward)
     impls = {"flashkit": flashkit_runner}
+    if suite == "prefill_fwd":
+        impls["flashkit-fa2"] = flashkit_fa2_runner
     impls.update({name: sdpa_runner(torch, name) for name in PEERS})
 
     def results(fn, q, k, v):
@@ -182,7 +191,7 @@ def run_config(torch, timer, suite, cfg, rows):
 
     # Correctness first, on the same inputs for everyone; the first peer that runs is the judge.
     reference, outcomes = None, {}
-    for name in (*PEERS, "flashkit"):
+    for name in (*PEERS, *(n for n in impls if n.startswith("flashkit"))):
         try:
             torch.manual_seed(1)  # the same dout for every impl
             outcomes[name] = results(impls[name], *sets[0])
@@ -196,7 +205,7 @@ def run_config(torch, timer, suite, cfg, rows):
             row["error"] = f"{type(outcome).__name__}: {outcome}"[:300]
             rows.append(row)
             continue
-        if name == "flashkit" and reference is not None:
+        if name.startswith("flashkit") and reference is not None:
             checks = [close(g, w) for g, w in zip(outcome, reference)]
             row["max_rel_err"] = max(err for _, err in checks)
             if not all(ok for ok, _ in checks):
@@ -244,7 +253,7 @@ def summary(suite, rows) -> str:
     lines = [f"{'config':<60} {'flashkit':>9} {'best peer':>16} {'ratio':>6}"]
     for cfg, impls in by_config.items():
         fk = impls.get("flashkit", {}).get(key)
-        peers = [(r[key], n) for n, r in impls.items() if n != "flashkit" and key in r]
+        peers = [(r[key], n) for n, r in impls.items() if not n.startswith("flashkit") and key in r]
         best = max(peers) if peers else None
         ratio = f"{fk / best[0]:.2f}" if fk and best else "-"
         fk_text = f"{fk:.1f}" if fk else impls.get("flashkit", {}).get("error", "-")[:9]

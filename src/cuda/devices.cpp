@@ -4,6 +4,9 @@
 #include <string>
 
 #include "cuda/cuda_backend.hpp"
+#if FLASHKIT_HAVE_SM90
+#include "cuda/sm90/fwd_sm90.hpp"
+#endif
 
 namespace flashkit::cuda {
 
@@ -23,6 +26,12 @@ std::vector<DeviceInfo> devices() {
              std::to_string(prop.multiProcessorCount) + " SMs)";
     d.backend = "cuda";
     d.kernels = cc >= 80 ? "fa2 (sm80 mma.sync; f32 inputs via fa1), fa1, naive" : "fa1, naive";
+#if FLASHKIT_HAVE_SM90
+    if (cc == 90) {
+      d.kernels = "fa3 (sm90 wgmma + TMA, head dims " + sm90::fwd_head_dims_text() +
+                  "; other head dims fall back to fa2), " + d.kernels;
+    }
+#endif
     out.push_back(std::move(d));
   }
   return out;

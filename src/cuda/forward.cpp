@@ -9,6 +9,9 @@
 #include "cuda/cuda_backend.hpp"
 #include "cuda/lineage/lineage.hpp"
 #include "cuda/sm80/fwd_sm80.hpp"
+#if FLASHKIT_HAVE_SM90
+#include "cuda/sm90/fwd_sm90.hpp"
+#endif
 
 namespace flashkit::cuda {
 
@@ -45,6 +48,38 @@ void check_fa2(const AttentionArgs& a, const core::ProblemDims& d, int capabilit
   }
 }
 
+// The sm90 forward takes what the sm80 one takes (check_fa2), on compute capability 9.0 only
+// (its code is sm_90a), for the head dims it was compiled for.
+bool fa3_runs(const core::ProblemDims& d, int capability) {
+#if FLASHKIT_HAVE_SM90
+  return capability == 90 && sm90::fwd_has_head_dim(int(d.head_dim));
+#else
+  (void)d;
+  (void)capability;
+  return false;
+#endif
+}
+
+void check_fa3(const AttentionArgs& a, const core::ProblemDims& d, int capability) {
+#if FLASHKIT_HAVE_SM90
+  core::expect_dtype_in("q", a.q, {DType::f16, DType::bf16});
+  if (capability != 90) {
+    core::fail("q.device", "compute capability 9.0 for algo fa3 (wgmma, TMA: sm_90a code)",
+               "sm_" + num(capability));
+  }
+  if (!sm90::fwd_has_head_dim(int(d.head_dim))) {
+    core::fail("q.shape[-1]", "a head dim in " + sm90::fwd_head_dims_text() + " for algo fa3",
+               num(d.head_dim));
+  }
+  check_fa2(a, d, capability);
+#else
+  (void)a;
+  (void)d;
+  (void)capability;
+  core::fail("algo", "a build with CUDA architecture 90a for fa3 (FLASHKIT_CUDA_ARCHS)", "fa3");
+#endif
+}
+
 }  // namespace
 
 void forward(const AttentionArgs& args, const core::ProblemDims& dims) {
@@ -53,9 +88,10 @@ void forward(const AttentionArgs& args, const core::ProblemDims& dims) {
   core::expect_dtype_in("out", args.out, {DType::f32, DType::f16, DType::bf16});
   check_index_ranges(args, dims);
   Algo algo = args.algo;
-  if (algo == Algo::reference || algo == Algo::fa3) {
-    core::fail("algo", "automatic, naive, fa1 or fa2 on cuda", algo_name(algo));
+  if (algo == Algo::reference) {
+    core::fail("algo", "automatic, naive, fa1, fa2 or fa3 on cuda", algo_name(algo));
   }
+  if (algo == Algo::fa3) check_fa3(args, dims, capability);
   // f32 inputs: the tensor-core path would round them to 16 bits; FA1's fp32 loop keeps them.
   if (args.q.dtype() == DType::f32 && (algo == Algo::automatic || algo == Algo::fa2)) {
     algo = Algo::fa1;
@@ -65,6 +101,7 @@ void forward(const AttentionArgs& args, const core::ProblemDims& dims) {
                num(dims.head_dim) + " (q) / " + num(dims.head_dim_v) + " (v)");
   }
   if (algo == Algo::automatic || algo == Algo::fa2) check_fa2(args, dims, capability);
+  if (algo == Algo::automatic && fa3_runs(dims, capability)) algo = Algo::fa3;
 
   const FwdParams p = make_fwd_params(args, args.out, args.lse, dims);
   const auto stream = static_cast<cudaStream_t>(args.stream);
@@ -73,6 +110,10 @@ void forward(const AttentionArgs& args, const core::ProblemDims& dims) {
       return naive_forward(p, stream);
     case Algo::fa1:
       return fa1_forward(p, stream);
+    case Algo::fa3:
+#if FLASHKIT_HAVE_SM90
+      return sm90::fwd(args, dims, p, stream);
+#endif
     default:
       return sm80::fwd(p, stream);
   }

@@ -76,8 +76,7 @@ TEST(CudaBackend, RowStrideNotSixteenBytesIsRejected) {
   });
 }
 
-TEST(CudaBackend, AlgoFa3AndReferenceAreRejected) {
-  expect_rejected(small_spec(64), Algo::fa3, "algo", [](AttentionArgs&) {});
+TEST(CudaBackend, AlgoReferenceIsRejected) {
   expect_rejected(small_spec(64), Algo::reference, "algo", [](AttentionArgs&) {});
 }
 

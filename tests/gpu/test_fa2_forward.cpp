@@ -5,11 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <string>
-#include <tuple>
 #include <vector>
 
 #include "attention_case.hpp"
+#include "forward_cases.hpp"
 #include "gpu_forward.hpp"
 
 namespace flashkit::testing {
@@ -17,30 +16,10 @@ namespace {
 
 constexpr int kHeadDims[] = {32, 64, 96, 128, 192, 256};
 
-using GridParam = std::tuple<DType, int, MaskKind, int>;  // dtype, head dim, mask, q per kv head
-
 class Fa2Grid : public ::testing::TestWithParam<GridParam> {};
 
-// 150 queries against 197 keys: neither is a multiple of 64 or 128, and bottom-right causal
-// shifts the diagonal by 47.
 TEST_P(Fa2Grid, MatchesOracle) {
-  const auto [dtype, d, mask, group] = GetParam();
-  CaseSpec s;
-  s.dtype = dtype;
-  s.seqlens_q = {150, 150};
-  s.seqlens_k = {197, 197};
-  s.heads_q = 8;
-  s.heads_kv = 8 / group;
-  s.head_dim = d;
-  s.seed = unsigned(d * 31 + group);
-  apply_mask(s, mask);
-  expect_gpu_forward_matches(s, Algo::fa2);
-}
-
-std::string grid_name(const ::testing::TestParamInfo<GridParam>& info) {
-  const auto [dtype, d, mask, group] = info.param;
-  return std::string(dtype_name(dtype)) + "_d" + std::to_string(d) + "_" + mask_name(mask) + "_g" +
-         std::to_string(group);
+  expect_gpu_forward_matches(grid_case(GetParam()), Algo::fa2);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Fa2Grid,
@@ -50,29 +29,10 @@ INSTANTIATE_TEST_SUITE_P(All, Fa2Grid,
                                             ::testing::Values(1, 4, 8)),
                          grid_name);
 
-using VarlenParam = std::tuple<DType, int, MaskKind>;
 class Fa2Varlen : public ::testing::TestWithParam<VarlenParam> {};
 
-// Empty query and key sequences, a single query, lengths just past a tile (129, 130), and
-// len_q > len_k (rows that see no key under bottom-right causal).
 TEST_P(Fa2Varlen, MatchesOracle) {
-  const auto [dtype, d, mask] = GetParam();
-  CaseSpec s;
-  s.dtype = dtype;
-  s.varlen = true;
-  s.seqlens_q = {0, 77, 130, 1, 260};
-  s.seqlens_k = {5, 0, 200, 129, 64};
-  s.heads_q = 4;
-  s.heads_kv = 2;
-  s.head_dim = d;
-  s.seed = unsigned(d + 7);
-  apply_mask(s, mask);
-  expect_gpu_forward_matches(s, Algo::fa2);
-}
-
-std::string varlen_name(const ::testing::TestParamInfo<VarlenParam>& info) {
-  const auto [dtype, d, mask] = info.param;
-  return std::string(dtype_name(dtype)) + "_d" + std::to_string(d) + "_" + mask_name(mask);
+  expect_gpu_forward_matches(varlen_case(GetParam()), Algo::fa2);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Fa2Varlen,

@@ -1,0 +1,21 @@
+// The TMA descriptors of one sm90 forward call, built on the host per call (a few microseconds of
+// driver work, no device sync) and passed to the kernel by value.
+#pragma once
+
+#include <cuda.h>
+
+#include "core/problem.hpp"
+#include "flashkit/attention.hpp"
+
+namespace flashkit::cuda::sm90 {
+
+struct FwdMaps {
+  CUtensorMap q, k, v, out;
+};
+
+// q, k, v and out as 4-d tensors [batch, tokens, heads, d] (packed varlen tensors as batch 1),
+// boxes of 64 elements of d by block_m (q), block_n (k, v) or 64 (out: one consumer warpgroup's
+// rows) tokens of one head. out's map is left empty when out is f32 (stored from registers).
+FwdMaps make_fwd_maps(const AttentionArgs& a, const core::ProblemDims& d, int block_m, int block_n);
+
+}  // namespace flashkit::cuda::sm90

@@ -1,0 +1,24 @@
+// Host entry of the sm90 (Hopper, FlashAttention-3 class) forward: f16/bf16 inputs, output in
+// the input dtype or f32, the head dims compiled in (FLASHKIT_SM90_FWD_HEAD_DIMS in
+// src/cuda/CMakeLists.txt), on compute capability 9.0 devices. Built only when the CUDA
+// architecture list has 90a (FLASHKIT_HAVE_SM90); otherwise every call takes the sm80 path.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/problem.hpp"
+#include "cuda/common/fwd_params.hpp"
+#include "flashkit/attention.hpp"
+
+namespace flashkit::cuda::sm90 {
+
+bool fwd_has_head_dim(int head_dim);
+std::string fwd_head_dims_text();  // "{64, 128, 256}" for error messages and `flashkit info`
+
+// Checked by the caller: dtypes, head dims (compiled, d_v = d), 16-byte aligned rows, sm 9.0.
+void fwd(const AttentionArgs& a, const core::ProblemDims& d, const FwdParams& p,
+         cudaStream_t stream);
+
+}  // namespace flashkit::cuda::sm90

@@ -1,0 +1,58 @@
+// The forward cases every GPU forward kernel (sm80, sm90) is held to, so their grids stay the
+// same: a dense case (150 queries against 197 keys: neither a multiple of 64 or 128, and
+// bottom-right causal shifts the diagonal by 47) and a packed varlen batch (empty query and key
+// sequences, a single query, lengths just past a tile, and len_q > len_k).
+#pragma once
+
+#include <string>
+#include <tuple>
+
+#include "attention_case.hpp"
+#include "mask_kinds.hpp"
+
+namespace flashkit::testing {
+
+using GridParam = std::tuple<DType, int, MaskKind, int>;  // dtype, head dim, mask, q per kv head
+using VarlenParam = std::tuple<DType, int, MaskKind>;
+
+inline CaseSpec grid_case(const GridParam& param) {
+  const auto [dtype, d, mask, group] = param;
+  CaseSpec s;
+  s.dtype = dtype;
+  s.seqlens_q = {150, 150};
+  s.seqlens_k = {197, 197};
+  s.heads_q = 8;
+  s.heads_kv = 8 / group;
+  s.head_dim = d;
+  s.seed = unsigned(d * 31 + group);
+  apply_mask(s, mask);
+  return s;
+}
+
+inline CaseSpec varlen_case(const VarlenParam& param) {
+  const auto [dtype, d, mask] = param;
+  CaseSpec s;
+  s.dtype = dtype;
+  s.varlen = true;
+  s.seqlens_q = {0, 77, 130, 1, 260};
+  s.seqlens_k = {5, 0, 200, 129, 64};
+  s.heads_q = 4;
+  s.heads_kv = 2;
+  s.head_dim = d;
+  s.seed = unsigned(d + 7);
+  apply_mask(s, mask);
+  return s;
+}
+
+inline std::string grid_name(const ::testing::TestParamInfo<GridParam>& info) {
+  const auto [dtype, d, mask, group] = info.param;
+  return std::string(dtype_name(dtype)) + "_d" + std::to_string(d) + "_" + mask_name(mask) + "_g" +
+         std::to_string(group);
+}
+
+inline std::string varlen_name(const ::testing::TestParamInfo<VarlenParam>& info) {
+  const auto [dtype, d, mask] = info.param;
+  return std::string(dtype_name(dtype)) + "_d" + std::to_string(d) + "_" + mask_name(mask);
+}
+
+}  // namespace flashkit::testing

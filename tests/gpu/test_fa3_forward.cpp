@@ -1,0 +1,183 @@
+// The sm90 (Hopper) forward on the GPU against the fp64 oracle, on the same grid as the sm80
+// kernel (tests/gpu/support/forward_cases.hpp) over its head dims: dtypes x masks x GQA ratios,
+// packed varlen batches (tiles that cross a sequence's end take the register-store epilogue),
+// seqlen_q != seqlen_k both ways, f32 output, padded strides, long sequences that cycle the
+// pipeline's stages many times, bitwise repeatability, and automatic picking it. Off sm 9.0 the
+// kernel must be refused by name.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "attention_case.hpp"
+#include "device_tensor.hpp"
+#include "expect_error.hpp"
+#include "forward_cases.hpp"
+#include "gpu_forward.hpp"
+
+namespace flashkit::testing {
+namespace {
+
+constexpr int kHeadDims[] = {64, 128, 256};
+
+bool device_is_sm90() {
+  cudaDeviceProp prop{};
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 && prop.minor == 0;
+}
+
+#define FLASHKIT_REQUIRE_SM90() \
+  if (!device_is_sm90()) GTEST_SKIP() << "the sm90 forward runs on compute capability 9.0 only"
+
+class Fa3Grid : public ::testing::TestWithParam<GridParam> {};
+
+TEST_P(Fa3Grid, MatchesOracle) {
+  FLASHKIT_REQUIRE_SM90();
+  expect_gpu_forward_matches(grid_case(GetParam()), Algo::fa3);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Fa3Grid,
+                         ::testing::Combine(::testing::Values(DType::f16, DType::bf16),
+                                            ::testing::ValuesIn(kHeadDims),
+                                            ::testing::ValuesIn(kAllMasks),
+                                            ::testing::Values(1, 4, 8)),
+                         grid_name);
+
+class Fa3Varlen : public ::testing::TestWithParam<VarlenParam> {};
+
+TEST_P(Fa3Varlen, MatchesOracle) {
+  FLASHKIT_REQUIRE_SM90();
+  expect_gpu_forward_matches(varlen_case(GetParam()), Algo::fa3);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Fa3Varlen,
+                         ::testing::Combine(::testing::Values(DType::f16, DType::bf16),
+                                            ::testing::ValuesIn(kHeadDims),
+                                            ::testing::ValuesIn(kAllMasks)),
+                         varlen_name);
+
+TEST(Fa3Forward, MoreQueriesThanKeysBothAlignments) {
+  FLASHKIT_REQUIRE_SM90();
+  for (CausalAlign align : {CausalAlign::top_left, CausalAlign::bottom_right}) {
+    CaseSpec s;
+    s.dtype = DType::bf16;
+    s.seqlens_q = {300};
+    s.seqlens_k = {100};
+    s.head_dim = 128;
+    s.causal = true;
+    s.align = align;
+    expect_gpu_forward_matches(s, Algo::fa3);
+  }
+}
+
+TEST(Fa3Forward, F32OutputTakesTheRegisterEpilogue) {
+  FLASHKIT_REQUIRE_SM90();
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    CaseSpec s;
+    s.dtype = dtype;
+    s.seqlens_q = {190};
+    s.seqlens_k = {190};
+    s.head_dim = 64;
+    s.causal = true;
+    expect_gpu_forward_matches(s, Algo::fa3, DType::f32);
+  }
+}
+
+TEST(Fa3Forward, PaddedRowStrides) {
+  FLASHKIT_REQUIRE_SM90();
+  for (bool varlen : {false, true}) {
+    CaseSpec s;
+    s.dtype = DType::f16;
+    s.varlen = varlen;
+    s.seqlens_q = varlen ? std::vector<std::int64_t>{70, 3} : std::vector<std::int64_t>{70, 70};
+    s.seqlens_k = varlen ? std::vector<std::int64_t>{150, 40} : std::vector<std::int64_t>{150, 150};
+    s.heads_q = 4;
+    s.heads_kv = 2;
+    s.head_dim = 128;
+    s.causal = true;
+    CaseData c = make_case(s);
+    c.q = padded_copy(c.q);
+    c.k = padded_copy(c.k);
+    c.v = padded_copy(c.v);
+    expect_gpu_forward_matches(c, Algo::fa3, s.dtype);
+  }
+}
+
+// 2048 keys are 16 blocks of 128 (32 of 64 at d = 256): each of the two stages is refilled
+// many times, so a wrong barrier parity shows up as stale K or V.
+TEST(Fa3Forward, LongSequencesCycleThePipeline) {
+  FLASHKIT_REQUIRE_SM90();
+  for (int d : kHeadDims) {
+    CaseSpec s;
+    s.dtype = DType::bf16;
+    s.seqlens_q = {2048};
+    s.seqlens_k = {2048};
+    s.heads_q = 2;
+    s.heads_kv = 1;
+    s.head_dim = d;
+    expect_gpu_forward_matches(s, Algo::fa3);
+    s.causal = true;
+    expect_gpu_forward_matches(s, Algo::fa3);
+    s.causal = false;
+    s.window_left = 300;
+    s.window_right = 200;
+    s.prefix_len = 100;
+    expect_gpu_forward_matches(s, Algo::fa3);
+  }
+}
+
+// Out of one run, bit for bit.
+std::vector<double> run_out(const CaseData& c, Algo algo) {
+  HostTensor out(c.spec.dtype, c.out_shape());
+  const DeviceCase dev(c);
+  DeviceTensor d_out(out);
+  d_out.poison();
+  attention_forward(dev.forward_args(c, d_out.view(), Tensor(), algo));
+  expect_device_ok();
+  d_out.copy_to(out);
+  return out.values();
+}
+
+TEST(Fa3Forward, RepeatsBitForBitAndIsWhatAutomaticRuns) {
+  FLASHKIT_REQUIRE_SM90();
+  CaseSpec s;
+  s.dtype = DType::bf16;
+  s.seqlens_q = {700};
+  s.seqlens_k = {900};
+  s.heads_q = 4;
+  s.heads_kv = 1;
+  s.head_dim = 128;
+  s.causal = true;
+  const CaseData c = make_case(s);
+  const std::vector<double> first = run_out(c, Algo::fa3);
+  EXPECT_EQ(first, run_out(c, Algo::fa3));
+  EXPECT_EQ(first, run_out(c, Algo::automatic));
+}
+
+TEST(Fa3Forward, OutsideItsLimitsIsRefusedByName) {
+  const auto refused = [](CaseSpec s, const std::string& argument) {
+    const CaseData c = make_case(s);
+    HostTensor out(s.dtype, c.out_shape());
+    const DeviceCase dev(c);
+    DeviceTensor d_out(out);
+    expect_error([&] { attention_forward(dev.forward_args(c, d_out.view(), Tensor(), Algo::fa3)); },
+                 argument);
+  };
+  CaseSpec s;
+  s.dtype = DType::bf16;
+  s.seqlens_q = {40};
+  s.seqlens_k = {40};
+  s.head_dim = 64;
+  if (!device_is_sm90()) {
+    refused(s, "q.device");
+    return;
+  }
+  s.head_dim = 96;  // compiled for sm80 only
+  refused(s, "q.shape[-1]");
+  s.head_dim = 64;
+  s.dtype = DType::f32;  // tensor cores would round it; fa1 keeps f32
+  refused(s, "q.dtype");
+}
+
+}  // namespace
+}  // namespace flashkit::testing
