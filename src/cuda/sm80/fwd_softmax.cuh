@@ -101,11 +101,14 @@ __device__ __forceinline__ void apply_mask(ScoreBlock<T>& s, const FwdParams& p,
     }
 }
 
-// Online softmax over one block: new row max (quad-reduced), O and l rescaled by
-// exp2(m_old - m_new), scores replaced by exp2(s - m_new). A row that has seen only hidden keys
-// keeps m = -inf; exp2 then runs against 0 instead, giving p = 0 rather than NaN.
+// Online softmax over one block, without touching O: new row max (quad-reduced), l rescaled,
+// scores replaced by exp2(s - m_new); alpha[mt][half] = exp2(m_old - m_new) is the factor O must
+// still be multiplied by (rescale_o). Split so a kernel can rescale O only once the previous
+// block's P V, still running on the tensor cores, has finished. A row that has seen only hidden
+// keys keeps m = -inf; exp2 then runs against 0 instead, giving p = 0 rather than NaN.
 template <class T>
-__device__ __forceinline__ void online_softmax(ScoreBlock<T>& s, FwdAccum<T>& acc) {
+__device__ __forceinline__ void softmax_update(ScoreBlock<T>& s, FwdAccum<T>& acc,
+                                               float (&alpha)[T::kMmaM][2]) {
 #pragma unroll
   for (int mt = 0; mt < T::kMmaM; ++mt)
 #pragma unroll
@@ -116,7 +119,7 @@ __device__ __forceinline__ void online_softmax(ScoreBlock<T>& s, FwdAccum<T>& ac
         block_max = fmaxf(block_max, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
       }
       core::SoftmaxState<float>& st = acc.row[mt][half];
-      const float alpha = st.absorb_max(ptx::quad_max(block_max));
+      alpha[mt][half] = st.absorb_max(ptx::quad_max(block_max));
       const float m_use = st.m == -std::numeric_limits<float>::infinity() ? 0.0f : st.m;
       float sum = 0.0f;
 #pragma unroll
@@ -127,13 +130,29 @@ __device__ __forceinline__ void online_softmax(ScoreBlock<T>& s, FwdAccum<T>& ac
           x = ptx::exp2_approx(x - m_use);
           sum += x;
         }
-      st.l = st.l * alpha + sum;
+      st.l = st.l * alpha[mt][half] + sum;
+    }
+}
+
+template <class T>
+__device__ __forceinline__ void rescale_o(FwdAccum<T>& acc, const float (&alpha)[T::kMmaM][2]) {
+#pragma unroll
+  for (int mt = 0; mt < T::kMmaM; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int dn = 0; dn < T::kD / 8; ++dn) {
-        acc.o[mt][dn][2 * half] *= alpha;
-        acc.o[mt][dn][2 * half + 1] *= alpha;
+        acc.o[mt][dn][2 * half] *= alpha[mt][half];
+        acc.o[mt][dn][2 * half + 1] *= alpha[mt][half];
       }
-    }
+}
+
+// Both at once, for a kernel whose O is not in flight.
+template <class T>
+__device__ __forceinline__ void online_softmax(ScoreBlock<T>& s, FwdAccum<T>& acc) {
+  float alpha[T::kMmaM][2];
+  softmax_update<T>(s, acc, alpha);
+  rescale_o<T>(acc, alpha);
 }
 
 // Probabilities of k16 step kk as the A fragment of P V: the S accumulator layout of n-tiles

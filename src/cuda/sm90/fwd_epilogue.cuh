@@ -19,12 +19,10 @@
 #include "cuda/sm80/fwd_softmax.cuh"
 #include "cuda/sm80/fwd_tile_scheduler.cuh"
 #include "cuda/sm90/fwd_maps.hpp"
+#include "cuda/sm90/fwd_sync.hpp"
 #include "cuda/sm90/fwd_tile_shape.hpp"
 
 namespace flashkit::cuda::sm90 {
-
-// Named barriers of the forward kernel (0 is __syncthreads').
-enum class FwdBarrier : int { epilogue_wg1 = 1, epilogue_wg2 = 2 };
 
 template <class T>
 __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& maps,
@@ -62,8 +60,8 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
       }
     }
     ptx::fence_proxy_async();
-    ptx::named_barrier_sync(consumer == 0 ? FwdBarrier::epilogue_wg1 : FwdBarrier::epilogue_wg2,
-                            128);
+    ptx::named_barrier_sync(
+        consumer == 0 ? FwdNamedBarrier::epilogue_wg1 : FwdNamedBarrier::epilogue_wg2, 128);
     if (tid % 128 == 0) {
       const int batch = varlen ? 0 : tile.batch;
 #pragma unroll

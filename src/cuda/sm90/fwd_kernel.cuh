@@ -39,7 +39,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     for (int s = 0; s < T::kStages; ++s) {
       ptx::mbarrier_init(&bar.k_full[s], 1);
       ptx::mbarrier_init(&bar.v_full[s], 1);
-      ptx::mbarrier_init(&bar.kv_empty[s], T::kConsumerThreads);
+      ptx::mbarrier_init(&bar.k_empty[s], T::kConsumerThreads);
+      ptx::mbarrier_init(&bar.v_empty[s], T::kConsumerThreads);
     }
     ptx::mbarrier_init_fence();
   }

@@ -1,8 +1,17 @@
 // A consumer warpgroup of the sm90 forward: its 64 query rows against every visited KV block.
-// Per block: S = Q K^T (wgmma, both operands in shared memory), the softmax on the accumulator
-// registers (the same code as the sm80 forward: wgmma's m64 accumulator is mma.sync's m16n8
-// layout once per warp), then O += P V (wgmma with P from registers, V N-major in shared memory),
-// and the stage is released to the producer.
+//
+// The softmax runs on the accumulator registers with the sm80 forward's code (wgmma's m64
+// accumulator is mma.sync's m16n8 layout once per warp). Two overlaps hide it behind the tensor
+// cores:
+//  - inside the warpgroup, block i + 1's S = Q K^T and block i's O += P V are issued together;
+//    the softmax of block i + 1 runs as soon as S is done, while P V still runs, and only the O
+//    rescale waits for P V (softmax_update / rescale_o);
+//  - between the two consumer warpgroups (pingpong), each issues its GEMMs only after the other
+//    has issued its own (FwdNamedBarrier::schedule_wg*), so one warpgroup's softmax overlaps the
+//    other's GEMMs.
+// Warpgroup 1 goes first: warpgroup 2 opens its barrier once before the loop. Both run the same
+// blocks, so over L loop steps each barrier sees L syncs and L arrivals (warpgroup 2 skips its
+// arrival after its last step).
 #pragma once
 
 #include <cstdint>
@@ -10,10 +19,12 @@
 #include "core/mask_rules.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/warpgroup.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm80/fwd_softmax.cuh"
 #include "cuda/sm80/fwd_tile_scheduler.cuh"
 #include "cuda/sm80/kv_block_range.hpp"
+#include "cuda/sm90/fwd_sync.hpp"
 #include "cuda/sm90/fwd_tile_shape.hpp"
 
 namespace flashkit::cuda::sm90 {
@@ -43,66 +54,130 @@ __device__ __forceinline__ float (&flat(float (&a)[1][kN / 8][4]))[kN / 2] {
 }
 
 template <class T>
+struct ConsumerState {
+  const FwdParams& p;
+  const sm80::KvBlockRange& range;
+  sm80::ScoreContext ctx;
+  int warp, lane;
+  std::uint32_t q_tile, k_tiles, v_tiles;
+};
+
+template <class T>
+__device__ __forceinline__ void issue_qk(sm80::ScoreBlock<T>& s, const ConsumerState<T>& c,
+                                         int stage) {
+  const std::uint32_t k_tile = c.k_tiles + stage * T::kKvBytes;
+  ptx::warpgroup_fence_operands(flat<T::kBlockN>(s));
+#pragma unroll
+  for (int ks = 0; ks < T::kD / 16; ++ks) {
+    ptx::wgmma_ss<typename T::Elem, T::kBlockN, 0, 0>(
+        flat<T::kBlockN>(s), k_major_desc<T>(c.q_tile, T::kBlockM, ks),
+        k_major_desc<T>(k_tile, T::kBlockN, ks), ks > 0);
+  }
+  ptx::wgmma_commit();
+}
+
+template <class T>
+__device__ __forceinline__ void issue_pv(sm80::FwdAccum<T>& acc,
+                                         const std::uint32_t (&probs)[T::kBlockN / 16][4],
+                                         const ConsumerState<T>& c, int stage) {
+  const std::uint32_t v_tile = c.v_tiles + stage * T::kKvBytes;
+  ptx::warpgroup_fence_operands(flat<T::kD>(acc.o));
+#pragma unroll
+  for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
+    ptx::wgmma_rs<typename T::Elem, T::kD, 1>(flat<T::kD>(acc.o), probs[kk], v_desc<T>(v_tile, kk),
+                                              true);
+  }
+  ptx::wgmma_commit();
+}
+
+// Block n's scores -> probabilities (the rows' running max and sum absorb them); alpha is what
+// O still has to be scaled by.
+template <class T>
+__device__ __forceinline__ void softmax_of_block(sm80::ScoreBlock<T>& s, sm80::FwdAccum<T>& acc,
+                                                 ConsumerState<T>& c, int n, float (&alpha)[1][2]) {
+  ptx::warpgroup_fence_operands(flat<T::kBlockN>(s));
+  c.ctx.col0 = std::int64_t(n) * T::kBlockN;
+  sm80::scores_to_base2<T>(s, c.p, c.ctx, c.warp, c.lane);
+  if (c.range.needs_mask(n)) sm80::apply_mask<T>(s, c.p, c.ctx, c.warp, c.lane);
+  sm80::softmax_update<T>(s, acc, alpha);
+}
+
+template <class T>
+__device__ __forceinline__ void to_probs(std::uint32_t (&probs)[T::kBlockN / 16][4],
+                                         const sm80::ScoreBlock<T>& s) {
+#pragma unroll
+  for (int kk = 0; kk < T::kBlockN / 16; ++kk) sm80::probs_as_a<T>(probs[kk], s, 0, kk);
+}
+
+template <class T>
 __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const sm80::FwdTile& tile,
                                                       const sm80::KvBlockRange& range,
                                                       unsigned char* smem, FwdBarriers& bar,
                                                       int consumer, sm80::FwdAccum<T>& acc) {
-  using Elem = typename T::Elem;
   const int tid = threadIdx.x - 128;  // 0..255 over both consumer warpgroups
-  const int warp = tid / 32, lane = tid % 32;
-  const std::uint32_t q_tile = ptx::smem_address(smem) + consumer * 64 * T::kSlabBytesPerRow;
-  const std::uint32_t k_tiles = ptx::smem_address(smem) + T::kKOffset;
-  const std::uint32_t v_tiles = ptx::smem_address(smem) + T::kVOffset;
+  ConsumerState<T> c{p, range, {}, tid / 32, tid % 32, 0, 0, 0};
+  c.q_tile = ptx::smem_address(smem) + consumer * 64 * T::kSlabBytesPerRow;
+  c.k_tiles = ptx::smem_address(smem) + T::kKOffset;
+  c.v_tiles = ptx::smem_address(smem) + T::kVOffset;
+  c.ctx.row0 = tile.row_begin;
+  c.ctx.shift = core::diagonal_shift(p.mask, tile.span.len_q, tile.span.len_k);
+  c.ctx.len_k = tile.span.len_k;
+  c.ctx.slope = alibi_slope(p, tile.batch, tile.head);
+  c.ctx.mods = p.has_score_mods();
+  const auto my_turn =
+      consumer == 0 ? FwdNamedBarrier::schedule_wg1 : FwdNamedBarrier::schedule_wg2;
+  const auto their_turn =
+      consumer == 0 ? FwdNamedBarrier::schedule_wg2 : FwdNamedBarrier::schedule_wg1;
+  auto parity = [](int it) { return std::uint32_t(it / T::kStages) & 1; };
 
-  sm80::ScoreContext ctx;
-  ctx.row0 = tile.row_begin;
-  ctx.shift = core::diagonal_shift(p.mask, tile.span.len_q, tile.span.len_k);
-  ctx.len_k = tile.span.len_k;
-  ctx.slope = alibi_slope(p, tile.batch, tile.head);
-  ctx.mods = p.has_score_mods();
-
+  // Block 0: S alone, its softmax (O is still zero: alpha is moot).
+  sm80::ScoreBlock<T> s;
+  std::uint32_t probs[T::kBlockN / 16][4];
+  float alpha[1][2];
+  int n = range.first();
   ptx::mbarrier_wait(&bar.q_full, 0);
-  int it = 0;
-  for (int n = range.first(); n >= 0; n = range.next(n), ++it) {
-    const int stage = it % T::kStages;
-    const std::uint32_t parity = std::uint32_t(it / T::kStages) & 1;
-    const std::uint32_t k_tile = k_tiles + stage * T::kKvBytes;
-    const std::uint32_t v_tile = v_tiles + stage * T::kKvBytes;
+  ptx::mbarrier_wait(&bar.k_full[0], 0);
+  ptx::wgmma_fence();
+  issue_qk<T>(s, c, 0);
+  ptx::wgmma_wait<0>();
+  ptx::mbarrier_arrive(&bar.k_empty[0]);
+  softmax_of_block<T>(s, acc, c, n, alpha);
+  to_probs<T>(probs, s);
 
-    sm80::ScoreBlock<T> s;
-    ptx::mbarrier_wait(&bar.k_full[stage], parity);
-    ptx::warpgroup_fence_operands(flat<T::kBlockN>(s));
+  int next = range.next(n);
+  if (consumer == 1 && next >= 0) ptx::named_barrier_arrive(FwdNamedBarrier::schedule_wg1, 256);
+  int it = 1;
+  for (; next >= 0; ++it) {
+    const int k_stage = it % T::kStages, v_stage = (it - 1) % T::kStages;
+    const int after = range.next(next);
+    ptx::mbarrier_wait(&bar.k_full[k_stage], parity(it));
+    ptx::mbarrier_wait(&bar.v_full[v_stage], parity(it - 1));
+    ptx::named_barrier_sync(my_turn, 256);
     ptx::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < T::kD / 16; ++ks) {
-      ptx::wgmma_ss<Elem, T::kBlockN, 0, 0>(flat<T::kBlockN>(s),
-                                            k_major_desc<T>(q_tile, T::kBlockM, ks),
-                                            k_major_desc<T>(k_tile, T::kBlockN, ks), ks > 0);
-    }
-    ptx::wgmma_commit();
-    ptx::wgmma_wait<0>();
-    ptx::warpgroup_fence_operands(flat<T::kBlockN>(s));
+    issue_qk<T>(s, c, k_stage);
+    issue_pv<T>(acc, probs, c, v_stage);
+    if (consumer == 0 || after >= 0) ptx::named_barrier_arrive(their_turn, 256);
 
-    ctx.col0 = std::int64_t(n) * T::kBlockN;
-    sm80::scores_to_base2<T>(s, p, ctx, warp, lane);
-    if (range.needs_mask(n)) sm80::apply_mask<T>(s, p, ctx, warp, lane);
-    sm80::online_softmax<T>(s, acc);
-    std::uint32_t probs[T::kBlockN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < T::kBlockN / 16; ++kk) sm80::probs_as_a<T>(probs[kk], s, 0, kk);
-
-    ptx::mbarrier_wait(&bar.v_full[stage], parity);
-    ptx::warpgroup_fence_operands(flat<T::kD>(acc.o));
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
-      ptx::wgmma_rs<Elem, T::kD, 1>(flat<T::kD>(acc.o), probs[kk], v_desc<T>(v_tile, kk), true);
-    }
-    ptx::wgmma_commit();
+    ptx::wgmma_wait<1>();  // S of block `next` (committed first) is done; P V may still run
+    ptx::mbarrier_arrive(&bar.k_empty[k_stage]);
+    softmax_of_block<T>(s, acc, c, next, alpha);
     ptx::wgmma_wait<0>();
     ptx::warpgroup_fence_operands(flat<T::kD>(acc.o));
-    ptx::mbarrier_arrive(&bar.kv_empty[stage]);
+    ptx::mbarrier_arrive(&bar.v_empty[v_stage]);
+    sm80::rescale_o<T>(acc, alpha);
+    to_probs<T>(probs, s);
+    n = next;
+    next = after;
   }
+
+  // The last block's P V.
+  const int v_stage = (it - 1) % T::kStages;
+  ptx::mbarrier_wait(&bar.v_full[v_stage], parity(it - 1));
+  ptx::wgmma_fence();
+  issue_pv<T>(acc, probs, c, v_stage);
+  ptx::wgmma_wait<0>();
+  ptx::warpgroup_fence_operands(flat<T::kD>(acc.o));
+  ptx::mbarrier_arrive(&bar.v_empty[v_stage]);
 }
 
 }  // namespace flashkit::cuda::sm90

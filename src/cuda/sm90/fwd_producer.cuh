@@ -1,7 +1,8 @@
-// The producer warpgroup of the sm90 forward: one thread issues every TMA copy of the CTA. Q once;
-// then K and V of each visited block into stage it % 2, each on its own barrier so S = Q K^T can
-// start before V has landed. A stage is refilled only after both consumer warpgroups released it
-// (kv_empty), which they do once their P V has read it.
+// The producer warpgroup of the sm90 forward: one thread issues every TMA copy of the CTA. Q
+// once; then, for the i-th visited block, K of block i + 1 before V of block i: a consumer needs
+// the next K (S = Q K^T of the next block is issued first) while it still multiplies by the
+// current V. Each copy waits until its stage's previous occupant has been released
+// (fwd_sync.hpp).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include "cuda/sm80/fwd_tile_scheduler.cuh"
 #include "cuda/sm80/kv_block_range.hpp"
 #include "cuda/sm90/fwd_maps.hpp"
+#include "cuda/sm90/fwd_sync.hpp"
 #include "cuda/sm90/fwd_tile_shape.hpp"
 
 namespace flashkit::cuda::sm90 {
@@ -32,6 +34,19 @@ __device__ __forceinline__ void load_slabs(unsigned char* dst, int rows, const C
   }
 }
 
+// Fills stage `it % kStages` of one operand with block n, once the consumers released the
+// stage's previous use (use u waits for phase u - 1 of the empty barrier).
+template <class T>
+__device__ __forceinline__ void load_kv(unsigned char* tiles, std::uint64_t* full,
+                                        std::uint64_t* empty, const CUtensorMap& map, int it,
+                                        TokenCoord at) {
+  const int stage = it % T::kStages;
+  const int use = it / T::kStages;
+  if (use > 0) ptx::mbarrier_wait(&empty[stage], std::uint32_t(use - 1) & 1);
+  ptx::mbarrier_arrive_expect_tx(&full[stage], T::kKvBytes);
+  load_slabs<T>(tiles + stage * T::kKvBytes, T::kBlockN, map, &full[stage], at);
+}
+
 template <class T>
 __device__ __forceinline__ void fwd_producer(const FwdParams& p, const FwdMaps& maps,
                                              const sm80::FwdTile& tile,
@@ -45,19 +60,18 @@ __device__ __forceinline__ void fwd_producer(const FwdParams& p, const FwdMaps& 
   ptx::mbarrier_arrive_expect_tx(&bar.q_full, T::kQBytes);
   load_slabs<T>(smem, T::kBlockM, maps.q, &bar.q_full,
                 {tile.head, int(tile.span.q_start) + tile.row_begin, batch});
-  int it = 0;
-  for (int n = range.first(); n >= 0; n = range.next(n), ++it) {
-    const int stage = it % T::kStages;
-    const std::uint32_t use = std::uint32_t(it / T::kStages);
-    // Use u of a stage needs the consumers' release of use u - 1 (phase u - 1 of kv_empty).
-    if (use > 0) ptx::mbarrier_wait(&bar.kv_empty[stage], (use - 1) & 1);
-    const TokenCoord at{tile.head_kv, int(tile.span.k_start) + n * T::kBlockN, batch};
-    ptx::mbarrier_arrive_expect_tx(&bar.k_full[stage], T::kKvBytes);
-    load_slabs<T>(smem + T::kKOffset + stage * T::kKvBytes, T::kBlockN, maps.k, &bar.k_full[stage],
-                  at);
-    ptx::mbarrier_arrive_expect_tx(&bar.v_full[stage], T::kKvBytes);
-    load_slabs<T>(smem + T::kVOffset + stage * T::kKvBytes, T::kBlockN, maps.v, &bar.v_full[stage],
-                  at);
+  auto block_at = [&](int n) {
+    return TokenCoord{tile.head_kv, int(tile.span.k_start) + n * T::kBlockN, batch};
+  };
+  int n = range.first();
+  load_kv<T>(smem + T::kKOffset, bar.k_full, bar.k_empty, maps.k, 0, block_at(n));
+  for (int it = 0; n >= 0; ++it) {
+    const int next = range.next(n);
+    if (next >= 0) {
+      load_kv<T>(smem + T::kKOffset, bar.k_full, bar.k_empty, maps.k, it + 1, block_at(next));
+    }
+    load_kv<T>(smem + T::kVOffset, bar.v_full, bar.v_empty, maps.v, it, block_at(n));
+    n = next;
   }
 }
 

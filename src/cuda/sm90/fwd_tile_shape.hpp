@@ -12,7 +12,7 @@
 // both one TMA box per slab and wgmma's canonical K-major (Q, K) or N-major (V) layout.
 #pragma once
 
-#include <cstdint>
+#include "cuda/sm90/fwd_sync.hpp"
 
 namespace flashkit::cuda::sm90 {
 
@@ -20,20 +20,13 @@ constexpr int fwd_block_n(int head_dim) {
   return head_dim <= 128 ? 128 : 64;
 }
 
-struct FwdBarriers {
-  std::uint64_t q_full;
-  std::uint64_t k_full[2];
-  std::uint64_t v_full[2];
-  std::uint64_t kv_empty[2];  // consumers release a stage after P V has read it
-};
-
 template <class ElemT, int kHeadDim>
 struct FwdTraits {
   using Elem = ElemT;
   static constexpr int kD = kHeadDim;
   static constexpr int kBlockM = 128;
   static constexpr int kBlockN = fwd_block_n(kHeadDim);
-  static constexpr int kStages = 2;
+  static constexpr int kStages = kFwdStages;
   static constexpr int kThreads = 384;
   static constexpr int kConsumerThreads = 256;
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
@@ -53,7 +46,7 @@ struct FwdTraits {
   static constexpr int kSmemBytes = kBarrierOffset + int(sizeof(FwdBarriers)) + 1024;
 
   static_assert(kD % 64 == 0, "sm90 forward tiles d in 64-element slabs");
-  static_assert(kStages == 2, "FwdBarriers holds two stages");
+  static_assert(kStages == kFwdStages, "FwdBarriers holds the stages");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA on sm90");
 };
 
