@@ -12,7 +12,6 @@
 #include "core/softmax_state.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/ptx/convert.cuh"
-#include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/smem_desc.hpp"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/warp_reduce.cuh"
@@ -25,12 +24,10 @@
 
 namespace flashkit::cuda::sm90 {
 
-// Ends with this warpgroup's elected thread arriving on q_empty: the Q rows may then be refilled.
 template <class T>
 __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& maps,
                                              const sm80::FwdTile& tile, unsigned char* smem,
-                                             FwdBarriers& bar, int consumer,
-                                             sm80::FwdAccum<T>& acc) {
+                                             int consumer, sm80::FwdAccum<T>& acc) {
   using Elem = typename T::Elem;
   const int tid = threadIdx.x - 128, warp = tid / 32, lane = tid % 32;
   float inv_l[2];
@@ -46,8 +43,6 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
     }
   }
 
-  const auto wg_barrier =
-      consumer == 0 ? FwdNamedBarrier::epilogue_wg1 : FwdNamedBarrier::epilogue_wg2;
   const int wg_row0 = tile.row_begin + 64 * consumer;
   const bool varlen = p.cu_seqlens_q != nullptr;
   if (p.out_dtype == p.in_dtype && (!varlen || wg_row0 + 64 <= tile.row_end)) {
@@ -65,7 +60,8 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
       }
     }
     ptx::fence_proxy_async();
-    ptx::named_barrier_sync(wg_barrier, 128);
+    ptx::named_barrier_sync(
+        consumer == 0 ? FwdNamedBarrier::epilogue_wg1 : FwdNamedBarrier::epilogue_wg2, 128);
     if (tid % 128 == 0) {
       const int batch = varlen ? 0 : tile.batch;
 #pragma unroll
@@ -75,8 +71,7 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
                           c);
       }
       ptx::tma_store_commit();
-      ptx::tma_store_wait_read<0>();  // the stores have read the staged rows
-      ptx::mbarrier_arrive(&bar.q_empty);
+      ptx::tma_store_wait<0>();  // written before the kernel ends: later kernels read out
     }
     return;
   }
@@ -101,9 +96,6 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
       }
     }
   }
-  // Every thread of the warpgroup is past its last read of the Q rows.
-  ptx::named_barrier_sync(wg_barrier, 128);
-  if (tid % 128 == 0) ptx::mbarrier_arrive(&bar.q_empty);
 }
 
 }  // namespace flashkit::cuda::sm90

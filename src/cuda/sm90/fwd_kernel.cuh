@@ -1,6 +1,5 @@
-// The sm90 forward kernel (FlashAttention-3 class): persistent CTAs (one per SM), each a
-// warp-specialised producer and two consumers over a TMA + mbarrier pipeline, wgmma for both
-// GEMMs; and its launch. Included only by the generated
+// The sm90 forward kernel (FlashAttention-3 class): warp-specialised producer / consumers over a
+// TMA + mbarrier pipeline, wgmma for both GEMMs, and its launch. Included only by the generated
 // per-head-dim instance files (fwd_instance.cu.in), which are compiled for sm_90a alone.
 #pragma once
 
@@ -11,12 +10,12 @@
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/warpgroup.cuh"
 #include "cuda/sm80/fwd_softmax.cuh"
+#include "cuda/sm80/fwd_tile_scheduler.cuh"
 #include "cuda/sm80/kv_block_range.hpp"
 #include "cuda/sm90/fwd_epilogue.cuh"
 #include "cuda/sm90/fwd_mainloop.cuh"
 #include "cuda/sm90/fwd_maps.hpp"
 #include "cuda/sm90/fwd_producer.cuh"
-#include "cuda/sm90/fwd_tile_scheduler.cuh"
 #include "cuda/sm90/fwd_tile_shape.hpp"
 
 namespace flashkit::cuda::sm90 {
@@ -28,11 +27,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const std::uint32_t raw = ptx::smem_address(smem_raw);
   unsigned char* smem = smem_raw + (((raw + 1023u) & ~1023u) - raw);
   FwdBarriers& bar = *reinterpret_cast<FwdBarriers*>(smem + T::kBarrierOffset);
-  const FwdTileScheduler sched(p, T::kBlockM);
+
+  const sm80::FwdTile tile = sm80::fwd_tile<T::kBlockM>(p);
+  if (tile.empty()) return;
+  const sm80::KvBlockRange range = sm80::kv_block_range(
+      p.mask, tile.row_begin, tile.row_end - 1, tile.span.len_q, tile.span.len_k, T::kBlockN);
+  const bool any_block = range.first() >= 0;
 
   if (threadIdx.x == 0) {
     ptx::mbarrier_init(&bar.q_full, 1);
-    ptx::mbarrier_init(&bar.q_empty, 2);  // one elected thread per consumer warpgroup
     for (int s = 0; s < T::kStages; ++s) {
       ptx::mbarrier_init(&bar.k_full[s], 1);
       ptx::mbarrier_init(&bar.v_full[s], 1);
@@ -46,37 +49,28 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<T::kProducerRegs>();
-    if (threadIdx.x == 0) fwd_producer<T>(p, maps, sched, smem, bar);
+    if (threadIdx.x == 0 && any_block) fwd_producer<T>(p, maps, tile, range, smem, bar);
     return;
   }
   ptx::warpgroup_reg_alloc<T::kConsumerRegs>();
   const int consumer = warpgroup - 1;
-  int it = 0, q_use = 0;  // blocks and tiles so far: the pipeline's stages and phases
-  for (std::int64_t t = blockIdx.x; t < sched.tiles(); t += gridDim.x) {
-    const sm80::FwdTile tile = sched.tile<T::kBlockM>(p, t);
-    if (tile.empty()) continue;
-    const sm80::KvBlockRange range = sm80::kv_block_range(
-        p.mask, tile.row_begin, tile.row_end - 1, tile.span.len_q, tile.span.len_k, T::kBlockN);
-    sm80::FwdAccum<T> acc;
+  sm80::FwdAccum<T> acc;
 #pragma unroll
-    for (int dn = 0; dn < T::kD / 8; ++dn)
+  for (int dn = 0; dn < T::kD / 8; ++dn)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc.o[0][dn][i] = 0.0f;
-    acc.row[0][0] = {};
-    acc.row[0][1] = {};
-    ptx::mbarrier_wait(&bar.q_full, std::uint32_t(q_use++) & 1);
-    if (range.first() >= 0) fwd_consumer_mainloop<T>(p, tile, range, smem, bar, consumer, it, acc);
-    fwd_epilogue<T>(p, maps, tile, smem, bar, consumer, acc);
-  }
-  if (threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();  // out is complete when the kernel ends
+    for (int i = 0; i < 4; ++i) acc.o[0][dn][i] = 0.0f;
+  acc.row[0][0] = {};
+  acc.row[0][1] = {};
+  if (any_block) fwd_consumer_mainloop<T>(p, tile, range, smem, bar, consumer, acc);
+  fwd_epilogue<T>(p, maps, tile, smem, consumer, acc);
 }
 
 template <class Elem, int kHeadDim>
-void launch_fwd(const FwdParams& p, const FwdMaps& maps, int multiprocessors, cudaStream_t stream) {
+void launch_fwd(const FwdParams& p, const FwdMaps& maps, cudaStream_t stream) {
   using T = FwdTraits<Elem, kHeadDim>;
-  const std::int64_t tiles = FwdTileScheduler(p, T::kBlockM).tiles();
-  if (tiles == 0) return;
-  const int grid = int(tiles < multiprocessors ? tiles : multiprocessors);
+  const dim3 grid(unsigned((p.seqlen_q + T::kBlockM - 1) / T::kBlockM), unsigned(p.heads_q),
+                  unsigned(p.batch));
+  if (grid.x == 0 || grid.z == 0) return;
   check_cuda(cudaFuncSetAttribute(fwd_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   T::kSmemBytes),
              "sm90 forward: shared memory limit");

@@ -109,14 +109,11 @@ __device__ __forceinline__ void to_probs(std::uint32_t (&probs)[T::kBlockN / 16]
   for (int kk = 0; kk < T::kBlockN / 16; ++kk) sm80::probs_as_a<T>(probs[kk], s, 0, kk);
 }
 
-// `it`: the CTA's running count of blocks (stage and phase of the pipeline); advanced by the
-// number of blocks this tile visits. Q must have landed (q_full) before the call.
 template <class T>
 __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const sm80::FwdTile& tile,
                                                       const sm80::KvBlockRange& range,
                                                       unsigned char* smem, FwdBarriers& bar,
-                                                      int consumer, int& it,
-                                                      sm80::FwdAccum<T>& acc) {
+                                                      int consumer, sm80::FwdAccum<T>& acc) {
   const int tid = threadIdx.x - 128;  // 0..255 over both consumer warpgroups
   ConsumerState<T> c{p, range, {}, tid / 32, tid % 32, 0, 0, 0};
   c.q_tile = ptx::smem_address(smem) + consumer * 64 * T::kSlabBytesPerRow;
@@ -131,24 +128,25 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
       consumer == 0 ? FwdNamedBarrier::schedule_wg1 : FwdNamedBarrier::schedule_wg2;
   const auto their_turn =
       consumer == 0 ? FwdNamedBarrier::schedule_wg2 : FwdNamedBarrier::schedule_wg1;
-  auto parity = [](int count) { return std::uint32_t(count / T::kStages) & 1; };
+  auto parity = [](int it) { return std::uint32_t(it / T::kStages) & 1; };
 
-  // The first block: S alone, its softmax (O is still zero: alpha is moot).
+  // Block 0: S alone, its softmax (O is still zero: alpha is moot).
   sm80::ScoreBlock<T> s;
   std::uint32_t probs[T::kBlockN / 16][4];
   float alpha[1][2];
   int n = range.first();
-  ptx::mbarrier_wait(&bar.k_full[it % T::kStages], parity(it));
+  ptx::mbarrier_wait(&bar.q_full, 0);
+  ptx::mbarrier_wait(&bar.k_full[0], 0);
   ptx::wgmma_fence();
-  issue_qk<T>(s, c, it % T::kStages);
+  issue_qk<T>(s, c, 0);
   ptx::wgmma_wait<0>();
-  ptx::mbarrier_arrive(&bar.k_empty[it % T::kStages]);
+  ptx::mbarrier_arrive(&bar.k_empty[0]);
   softmax_of_block<T>(s, acc, c, n, alpha);
   to_probs<T>(probs, s);
 
   int next = range.next(n);
   if (consumer == 1 && next >= 0) ptx::named_barrier_arrive(FwdNamedBarrier::schedule_wg1, 256);
-  ++it;
+  int it = 1;
   for (; next >= 0; ++it) {
     const int k_stage = it % T::kStages, v_stage = (it - 1) % T::kStages;
     const int after = range.next(next);
@@ -172,7 +170,7 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
     next = after;
   }
 
-  // The last block's P V (its count is it - 1: `it` already counts it).
+  // The last block's P V.
   const int v_stage = (it - 1) % T::kStages;
   ptx::mbarrier_wait(&bar.v_full[v_stage], parity(it - 1));
   ptx::wgmma_fence();

@@ -1,8 +1,8 @@
-// The producer warpgroup of the sm90 forward: one thread issues every TMA copy of the CTA, tile
-// after tile. Per tile: Q once its previous occupant is released (q_empty); then, for the i-th
-// visited block, K of block i + 1 before V of block i: a consumer needs the next K (S = Q K^T of
-// the next block is issued first) while it still multiplies by the current V. Each copy waits
-// until its stage's previous occupant has been released (fwd_sync.hpp).
+// The producer warpgroup of the sm90 forward: one thread issues every TMA copy of the CTA. Q
+// once; then, for the i-th visited block, K of block i + 1 before V of block i: a consumer needs
+// the next K (S = Q K^T of the next block is issued first) while it still multiplies by the
+// current V. Each copy waits until its stage's previous occupant has been released
+// (fwd_sync.hpp).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,6 @@
 #include "cuda/sm80/kv_block_range.hpp"
 #include "cuda/sm90/fwd_maps.hpp"
 #include "cuda/sm90/fwd_sync.hpp"
-#include "cuda/sm90/fwd_tile_scheduler.cuh"
 #include "cuda/sm90/fwd_tile_shape.hpp"
 
 namespace flashkit::cuda::sm90 {
@@ -35,8 +34,8 @@ __device__ __forceinline__ void load_slabs(unsigned char* dst, int rows, const C
   }
 }
 
-// Fills the stage of block count `it` (running over all tiles) with block n, once the consumers
-// released the stage's previous use (use u waits for phase u - 1 of the empty barrier).
+// Fills stage `it % kStages` of one operand with block n, once the consumers released the
+// stage's previous use (use u waits for phase u - 1 of the empty barrier).
 template <class T>
 __device__ __forceinline__ void load_kv(unsigned char* tiles, std::uint64_t* full,
                                         std::uint64_t* empty, const CUtensorMap& map, int it,
@@ -50,41 +49,29 @@ __device__ __forceinline__ void load_kv(unsigned char* tiles, std::uint64_t* ful
 
 template <class T>
 __device__ __forceinline__ void fwd_producer(const FwdParams& p, const FwdMaps& maps,
-                                             const FwdTileScheduler& sched, unsigned char* smem,
+                                             const sm80::FwdTile& tile,
+                                             const sm80::KvBlockRange& range, unsigned char* smem,
                                              FwdBarriers& bar) {
   const bool varlen = p.cu_seqlens_q != nullptr;
+  const int batch = varlen ? 0 : tile.batch;
   ptx::tma_prefetch_descriptor(maps.q);
   ptx::tma_prefetch_descriptor(maps.k);
   ptx::tma_prefetch_descriptor(maps.v);
-  int it = 0, q_use = 0;
-  for (std::int64_t t = blockIdx.x; t < sched.tiles(); t += gridDim.x) {
-    const sm80::FwdTile tile = sched.tile<T::kBlockM>(p, t);
-    if (tile.empty()) continue;
-    const sm80::KvBlockRange range = sm80::kv_block_range(
-        p.mask, tile.row_begin, tile.row_end - 1, tile.span.len_q, tile.span.len_k, T::kBlockN);
-    if (q_use > 0) ptx::mbarrier_wait(&bar.q_empty, std::uint32_t(q_use - 1) & 1);
-    ++q_use;
-    const int batch = varlen ? 0 : tile.batch;
-    if (range.first() < 0) {  // no key to see: complete the phase with nothing to load
-      ptx::mbarrier_arrive(&bar.q_full);
-      continue;
+  ptx::mbarrier_arrive_expect_tx(&bar.q_full, T::kQBytes);
+  load_slabs<T>(smem, T::kBlockM, maps.q, &bar.q_full,
+                {tile.head, int(tile.span.q_start) + tile.row_begin, batch});
+  auto block_at = [&](int n) {
+    return TokenCoord{tile.head_kv, int(tile.span.k_start) + n * T::kBlockN, batch};
+  };
+  int n = range.first();
+  load_kv<T>(smem + T::kKOffset, bar.k_full, bar.k_empty, maps.k, 0, block_at(n));
+  for (int it = 0; n >= 0; ++it) {
+    const int next = range.next(n);
+    if (next >= 0) {
+      load_kv<T>(smem + T::kKOffset, bar.k_full, bar.k_empty, maps.k, it + 1, block_at(next));
     }
-    ptx::mbarrier_arrive_expect_tx(&bar.q_full, T::kQBytes);
-    load_slabs<T>(smem, T::kBlockM, maps.q, &bar.q_full,
-                  {tile.head, int(tile.span.q_start) + tile.row_begin, batch});
-    auto block_at = [&](int n) {
-      return TokenCoord{tile.head_kv, int(tile.span.k_start) + n * T::kBlockN, batch};
-    };
-    int n = range.first();
-    load_kv<T>(smem + T::kKOffset, bar.k_full, bar.k_empty, maps.k, it, block_at(n));
-    for (; n >= 0; ++it) {
-      const int next = range.next(n);
-      if (next >= 0) {
-        load_kv<T>(smem + T::kKOffset, bar.k_full, bar.k_empty, maps.k, it + 1, block_at(next));
-      }
-      load_kv<T>(smem + T::kVOffset, bar.v_full, bar.v_empty, maps.v, it, block_at(n));
-      n = next;
-    }
+    load_kv<T>(smem + T::kVOffset, bar.v_full, bar.v_empty, maps.v, it, block_at(n));
+    n = next;
   }
 }
 

@@ -4,15 +4,13 @@
 #include <cuda_fp16.h>
 
 #include "core/validate.hpp"
-#include "cuda/common/cuda_check.hpp"
 #include "cuda/sm90/fwd_maps.hpp"
 #include "cuda/sm90/fwd_tile_shape.hpp"
 
 namespace flashkit::cuda::sm90 {
 
 template <class Elem, int kHeadDim>
-void launch_fwd(const FwdParams& p, const FwdMaps& maps, int multiprocessors,
-                cudaStream_t stream);  // fwd_kernel.cuh
+void launch_fwd(const FwdParams& p, const FwdMaps& maps, cudaStream_t stream);  // fwd_kernel.cuh
 
 namespace {
 
@@ -41,15 +39,11 @@ void fwd(const AttentionArgs& a, const core::ProblemDims& d, const FwdParams& p,
          cudaStream_t stream) {
   const bool f16 = p.in_dtype == DType::f16;
   const FwdMaps maps = make_fwd_maps(a, d, 128, fwd_block_n(p.head_dim));
-  int device = 0, sms = 0;
-  check_cuda(cudaGetDevice(&device), "sm90 forward: current device");
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-             "sm90 forward: multiprocessor count");
   switch (p.head_dim) {
-#define FLASHKIT_SM90_FWD_HEAD_DIM(hd)                        \
-  case hd:                                                    \
-    return f16 ? launch_fwd<__half, hd>(p, maps, sms, stream) \
-               : launch_fwd<__nv_bfloat16, hd>(p, maps, sms, stream);
+#define FLASHKIT_SM90_FWD_HEAD_DIM(hd)                   \
+  case hd:                                               \
+    return f16 ? launch_fwd<__half, hd>(p, maps, stream) \
+               : launch_fwd<__nv_bfloat16, hd>(p, maps, stream);
 #include "cuda/sm90/fwd_head_dims.inc"
 #undef FLASHKIT_SM90_FWD_HEAD_DIM
     default:

@@ -1,11 +1,9 @@
 // How the sm90 forward's warpgroups synchronise.
 //
-// mbarriers (shared memory) carry the TMA pipeline across all the tiles a persistent CTA runs
-// (stage and phase come from a running count of blocks, so they continue from tile to tile): a full
-// barrier per stage and operand that the producer's copies complete, and an empty barrier per stage
-// and operand that the 256 consumer threads arrive on once their wgmma has read it. K and V are
-// released separately: K once S = Q K^T is done, V once P V is done, so the next K can land while P
-// V still runs.
+// mbarriers (shared memory) carry the TMA pipeline: a full barrier per stage and operand that
+// the producer's copies complete, and an empty barrier per stage and operand that the 256
+// consumer threads arrive on once their wgmma has read it. K and V are released separately: K
+// once S = Q K^T is done, V once P V is done, so the next K can land while P V still runs.
 //
 // Named barriers (FwdNamedBarrier) order the two consumer warpgroups: the epilogue's shared-memory
 // staging (128 threads each), and the pingpong schedule, where each warpgroup issues its two
@@ -20,9 +18,7 @@ namespace flashkit::cuda::sm90 {
 inline constexpr int kFwdStages = 2;
 
 struct FwdBarriers {
-  // q_empty: each consumer warpgroup's elected thread arrives once its tile's Q rows (which also
-  // stage O for the TMA store) may be overwritten by the next tile's Q.
-  std::uint64_t q_full, q_empty;
+  std::uint64_t q_full;
   std::uint64_t k_full[kFwdStages], v_full[kFwdStages];
   std::uint64_t k_empty[kFwdStages], v_empty[kFwdStages];
 };
