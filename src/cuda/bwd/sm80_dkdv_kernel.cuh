@@ -28,14 +28,15 @@
 
 namespace flashkit::cuda::sm80 {
 
-// Adds a dQ fragment pair into the fp32 accumulator: one 8-byte vector atomic on sm90, two
-// scalar ones before.
+// Adds a dQ fragment pair into the fp32 accumulator without waiting for an answer: `red` (no
+// return value) so a warp never stalls on the L2 round trip of its atomics; one 8-byte vector
+// reduction on sm90, two scalar ones before.
 __device__ __forceinline__ void add_pair(float* dst, float x0, float x1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(dst), float2{x0, x1});
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x0), "f"(x1) : "memory");
 #else
-  atomicAdd(dst, x0);
-  atomicAdd(dst + 1, x1);
+  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(dst), "f"(x0) : "memory");
+  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(dst + 1), "f"(x1) : "memory");
 #endif
 }
 
@@ -77,9 +78,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   copy_tile_async<KvTile, T::kThreads>(k_tile, k, p.k_layout.token_stride, keys);
   copy_tile_async<KvTile, T::kThreads>(v_tile, v, p.v_layout.token_stride, keys);
 
-  // Step s: query head hk * group + s / blocks, query block qb.first + s % blocks.
+  // Step s: query head hk * group + s / blocks, query block qb.first + (s + rot) % blocks. The
+  // rotation by key block spreads the CTAs of one head over different dQ rows at any moment:
+  // without it all of them start at the same query block and their atomics queue on the same L2
+  // lines.
+  const int rot = blocks > 0 ? int(blockIdx.x) % blocks : 0;
   auto head_of = [&](int s) { return hk * p.group() + s / blocks; };
-  auto row0_of = [&](int s) { return (qb.first + s % blocks) * T::kBlockM; };
+  auto row0_of = [&](int s) { return (qb.first + (s % blocks + rot) % blocks) * T::kBlockM; };
   auto issue = [&](int s) {
     const int h = head_of(s), row0 = row0_of(s), stage = s % T::kStages;
     const int rows = len_q - row0 < T::kBlockM ? len_q - row0 : T::kBlockM;
