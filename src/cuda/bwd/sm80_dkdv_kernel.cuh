@@ -6,7 +6,7 @@
 //      (sm80_bwd_scores.cuh); both written to shared memory as 16-bit tiles;
 //   B  dV += P^T dO, dK += dS^T Q;
 //   C  (dq_accum set) dQ_partial = dS K, added into the fp32 accumulator with atomics.
-// Q, dO, lse and D of the next block are loaded while this one computes (two stages); two
+// Q, dO, lse and D of the next block are copied while this one computes (two stages); two
 // barriers per block: one publishes the copy and proves the other stage is free, one publishes
 // P^T and dS^T.
 #pragma once
@@ -85,10 +85,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int rot = blocks > 0 ? int(blockIdx.x) % blocks : 0;
   auto head_of = [&](int s) { return hk * p.group() + s / blocks; };
   auto row0_of = [&](int s) { return (qb.first + (s % blocks + rot) % blocks) * T::kBlockM; };
-  // Issues step s's copies of Q and dO, and the loads of its lse and D into `pending`; they are
-  // stored to shared memory only at the end of the step before, so the L2 round trip of those
-  // loads overlaps a whole step instead of delaying warps 0-1 at its start.
-  RowStats pending{};
   auto issue = [&](int s) {
     const int h = head_of(s), row0 = row0_of(s), stage = s % T::kStages;
     const int rows = len_q - row0 < T::kBlockM ? len_q - row0 : T::kBlockM;
@@ -98,15 +94,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                        core::element_offset(bp.dout_layout, b, sp.q_start, row0, h);
     copy_tile_async<QTile, T::kThreads>(q_tile(stage), q, p.q_layout.token_stride, rows);
     copy_tile_async<QTile, T::kThreads>(do_tile(stage), dout, bp.dout_layout.token_stride, rows);
-    if (int(threadIdx.x) < T::kBlockM) pending = row_stats(bp, b, sp, row0 + int(threadIdx.x), h);
+    if (int(threadIdx.x) < T::kBlockM) {
+      stats(stage)[threadIdx.x] = row_stats(bp, b, sp, row0 + int(threadIdx.x), h);
+    }
   };
-  auto publish = [&](int s) {  // step s's row statistics, visible after the next barrier
-    if (int(threadIdx.x) < T::kBlockM) stats(s % T::kStages)[threadIdx.x] = pending;
-  };
-  if (steps > 0) {
-    issue(0);
-    publish(0);
-  }
+  if (steps > 0) issue(0);
   ptx::cp_async_commit();
 
   float dk[kDkvMt][kDkvNt][4], dv[kDkvMt][kDkvNt][4];
@@ -219,9 +211,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           }
         }
     }
-    // Stage s + 1's statistics were last read in phase A of step s - 1, before this step's
-    // first barrier.
-    if (s + 1 < steps) publish(s + 1);
   }
   ptx::cp_async_wait<0>();  // no copy outlives the CTA (steps == 0 leaves K and V in flight)
 
