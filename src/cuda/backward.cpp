@@ -1,16 +1,44 @@
-// Backward dispatch on CUDA: the kernels' own limits, then the fp32 FA2-order backward.
+// Backward dispatch on CUDA: the kernels' own limits, then the tensor-core backward for f16/bf16
+// (sm80+, d_v = d compiled in, 16-byte aligned rows) or the fp32 CUDA-core one for the rest.
+#include <cstdint>
 #include <string>
 #include <utility>
 
 #include "cuda/bwd/bwd.hpp"
+#include "cuda/bwd/sm80_bwd.hpp"
 #include "cuda/common/device.hpp"
 #include "cuda/common/make_params.hpp"
 #include "cuda/cuda_backend.hpp"
 
 namespace flashkit::cuda {
 
+namespace {
+
+// cp.async's 16-byte rows (cuda/common/device.hpp), as a question instead of an error.
+bool rows_are_16_byte_aligned(const Tensor& t) {
+  if (reinterpret_cast<std::uintptr_t>(t.data()) % 16 != 0) return false;
+  const std::int64_t elems = 16 / std::int64_t(dtype_size(t.dtype()));
+  for (int i = 0; i + 1 < t.rank(); ++i) {
+    if (t.stride(i) % elems != 0) return false;
+  }
+  return true;
+}
+
+bool tensor_cores_apply(const BackwardArgs& a, const core::ProblemDims& d, int capability) {
+  if (capability < 80 || a.q.dtype() == DType::f32 || d.head_dim_v != d.head_dim ||
+      !sm80::bwd_has_head_dim(int(d.head_dim))) {
+    return false;
+  }
+  for (const Tensor* t : {&a.q, &a.k, &a.v, &a.dout, &a.dq, &a.dk, &a.dv}) {
+    if (!rows_are_16_byte_aligned(*t)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void backward(const BackwardArgs& args, const core::ProblemDims& dims) {
-  current_device_capability("q", args.q.device());
+  const int capability = current_device_capability("q", args.q.device());
   core::expect_dtype_in("q", args.q, {DType::f32, DType::f16, DType::bf16});
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"out", &args.out},
                                 {"dout", &args.dout},
@@ -45,7 +73,13 @@ void backward(const BackwardArgs& args, const core::ProblemDims& dims) {
   p.dq_dtype = args.dq.dtype();
   p.dk_dtype = args.dk.dtype();
   p.dv_dtype = args.dv.dtype();
-  backward_simt(p, static_cast<cudaStream_t>(args.stream));
+  p.q_tokens = dims.varlen ? args.q.size(0) : dims.batch * dims.seqlen_q;
+  const auto stream = static_cast<cudaStream_t>(args.stream);
+  if (tensor_cores_apply(args, dims, capability)) {
+    sm80::bwd(p, args.deterministic, stream);
+  } else {
+    backward_simt(p, stream);
+  }
 }
 
 }  // namespace flashkit::cuda

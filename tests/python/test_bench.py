@@ -34,3 +34,17 @@ def test_exits_clearly_without_cuda(tmp_path):
     with pytest.raises(SystemExit, match="needs"):
         bench.main(["--suite", "decode", "--out", str(tmp_path / "x.json")])
     assert not (tmp_path / "x.json").exists()
+
+
+def test_ratios_are_geometric_means_over_configs_both_ran():
+    rows = [
+        {"impl": "flashkit", "config": {"n": 1}, "tflops": 100.0},
+        {"impl": "fa2", "config": {"n": 1}, "tflops": 200.0},
+        {"impl": "cudnn", "config": {"n": 1}, "error": "unsupported"},
+        {"impl": "flashkit", "config": {"n": 2}, "tflops": 100.0},
+        {"impl": "fa2", "config": {"n": 2}, "tflops": 50.0},
+        {"impl": "cudnn", "config": {"n": 2}, "tflops": 400.0},
+    ]
+    r = bench.ratios("prefill_bwd", rows)
+    assert r["fa2"] == pytest.approx({"geomean": 1.0, "configs": 2})
+    assert r["cudnn"] == pytest.approx({"geomean": 0.25, "configs": 1})

@@ -1,10 +1,11 @@
-// The CUDA backward (FlashAttention-2 order, fp32 on CUDA cores): a baseline that is correct for
-// every mask, GQA and varlen, and deterministic by construction (no atomics). Three kernels:
+// The CUDA-core backward (FlashAttention-2 order, fp32 on CUDA cores): the path of f32 inputs,
+// of d_v != d and of rows the tensor-core path cannot copy with cp.async (sm80_bwd.hpp takes
+// every other call). Correct for every mask, GQA and varlen, and deterministic by construction
+// (no atomics). Three kernels:
 //   D = rowsum(dO * O);
 //   dK, dV: one CTA per (sequence, KV head, 16-key block), Q blocks inner, P recomputed from
 //           lse; the query heads of a GQA group are summed inside the CTA;
 //   dQ:     one CTA per (sequence, query head, 16-query block), KV blocks inner.
-// The tensor-core version (mma.sync, FA2's dQ accumulation) is the next step.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,0 +1,21 @@
+// The gradient kernels of one (dtype, head dim): dK/dV (and dQ through the fp32 accumulator when
+// p.dq_accum is set), else dK/dV then the deterministic dQ kernel. Included only by the generated
+// instance files (sm80_bwd_instance.cu.in).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/bwd/bwd_params.hpp"
+#include "cuda/bwd/sm80_bwd_tile_shape.hpp"
+#include "cuda/bwd/sm80_dkdv_kernel.cuh"
+#include "cuda/bwd/sm80_dq_kernel.cuh"
+
+namespace flashkit::cuda::sm80 {
+
+template <class Elem, int kHeadDim>
+void launch_bwd(const BwdParams& p, cudaStream_t stream) {
+  launch_dkdv<BwdTraits<Elem, kHeadDim>>(p, stream);
+  if (p.dq_accum == nullptr) launch_dq<DqTraits<Elem, kHeadDim>>(p, stream);
+}
+
+}  // namespace flashkit::cuda::sm80

@@ -1,0 +1,94 @@
+// What the tensor-core backward computes per (query, key) element between its GEMMs, and the
+// per-row statistics it reads: P recomputed from lse and dS = P * (dP - D) * d score / d (q.k),
+// both kernels sharing the score rules of the forward (cuda/common/score.cuh).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/mask_rules.hpp"
+#include "core/softmax_state.hpp"
+#include "cuda/bwd/bwd_params.hpp"
+#include "cuda/common/score.cuh"
+#include "cuda/ptx/convert.cuh"
+
+namespace flashkit::cuda::sm80 {
+
+// lse in base 2 as the kernels subtract it, and D. A row past the sequence or one that saw no
+// key (lse = -inf) gets +inf, so every P of it is exp2(-inf) = 0 instead of NaN.
+struct RowStats {
+  float lse2, d;
+};
+__device__ __forceinline__ RowStats row_stats(const BwdParams& bp, int b, const core::SeqSpan& sp,
+                                              std::int64_t i, int h) {
+  if (i >= sp.len_q) return {INFINITY, 0.0f};
+  const float lse = bp.f.lse[core::element_offset(bp.f.lse_layout, b, sp.q_start, i, h)];
+  const float d = bp.d_rows[(std::int64_t(b) * bp.f.heads_q + h) * bp.f.seqlen_q + i];
+  return {lse == -INFINITY ? INFINITY : lse * float(core::kLog2e), d};
+}
+
+// Where a (query, key) block sits and which rules apply to it (uniform across the CTA).
+struct BwdScoreContext {
+  std::int64_t row0;   // sequence index of the query block's row 0
+  std::int64_t col0;   // sequence index of the key block's key 0
+  std::int64_t shift;  // causal diagonal shift
+  std::int64_t len_k;
+  float slope;  // ALiBi slope of this (sequence, query head)
+  bool mods;    // softcap or ALiBi on
+  bool masked;  // the block crosses a mask edge or the end of the keys
+};
+
+// The keys [lo, hi] + [0, pre) (block-relative) that query `row` (block-relative) may see.
+struct RowBand {
+  int lo, hi, pre;
+};
+__device__ __forceinline__ RowBand row_band(const FwdParams& p, const BwdScoreContext& c, int row) {
+  const core::KeyBand band = core::key_band(p.mask, c.row0 + row + c.shift, c.len_k);
+  const std::int64_t prefix = p.mask.prefix_len < c.len_k ? p.mask.prefix_len : c.len_k;
+  // Within [0, len_k) by construction, so the block-relative ints cannot overflow.
+  return {int(band.lo - c.col0), int(band.hi - c.col0), int(prefix - c.col0)};
+}
+__device__ __forceinline__ bool band_sees(const RowBand& band, int col) {
+  return col < band.pre || (col >= band.lo && col <= band.hi);
+}
+
+// P and dS of one element from its raw q.k and dP; `visible` false gives P = dS = 0.
+__device__ __forceinline__ void prob_and_dscore(float& s_to_p, float& dp_to_ds, const FwdParams& p,
+                                                const BwdScoreContext& c, RowStats st, int row,
+                                                int col, bool visible) {
+  float value2, grad;
+  if (!c.mods) {
+    value2 = s_to_p * p.scale_log2;
+    grad = p.scale;
+  } else {
+    const Score sc = score_and_grad(p, s_to_p, c.slope, c.row0 + row + c.shift, c.col0 + col);
+    value2 = sc.value * float(core::kLog2e);
+    grad = sc.grad;
+  }
+  const float prob = visible ? ptx::exp2_approx(value2 - st.lse2) : 0.0f;
+  s_to_p = prob;
+  dp_to_ds = prob * (dp_to_ds - st.d) * grad;
+}
+
+// Two adjacent gradient elements (even column) in the gradient's dtype: f32, f16 or bf16.
+__device__ __forceinline__ void store_pair(void* base, DType dtype, std::int64_t offset, float x0,
+                                           float x1) {
+  switch (dtype) {
+    case DType::f16:
+      *reinterpret_cast<std::uint32_t*>(static_cast<__half*>(base) + offset) =
+          ptx::pack2<__half>(x0, x1);
+      return;
+    case DType::bf16:
+      *reinterpret_cast<std::uint32_t*>(static_cast<__nv_bfloat16*>(base) + offset) =
+          ptx::pack2<__nv_bfloat16>(x0, x1);
+      return;
+    default:
+      *reinterpret_cast<float2*>(static_cast<float*>(base) + offset) = {x0, x1};
+      return;
+  }
+}
+
+}  // namespace flashkit::cuda::sm80

@@ -1,0 +1,250 @@
+// The tensor-core dK/dV kernel (FlashAttention-2's backward loop order): a CTA owns block_n keys
+// of one KV head and keeps K, V and the dK, dV accumulators on chip while every query block of
+// every query head of the GQA group streams past (so GQA sums dK, dV without atomics). Per query
+// block, all on mma.sync:
+//   A  S^T = K Q^T, dP^T = V dO^T; P^T = exp2(S^T * scale - lse), dS^T = P^T (dP^T - D) dscore
+//      (sm80_bwd_scores.cuh); both written to shared memory as 16-bit tiles;
+//   B  dV += P^T dO, dK += dS^T Q;
+//   C  (dq_accum set) dQ_partial = dS K, added into the fp32 accumulator with atomics.
+// Q, dO, lse and D of the next block are copied while this one computes (two stages); two
+// barriers per block: one publishes the copy and proves the other stage is free, one publishes
+// P^T and dS^T.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/bwd/bwd_params.hpp"
+#include "cuda/bwd/query_block_range.hpp"
+#include "cuda/bwd/sm80_bwd_scores.cuh"
+#include "cuda/bwd/sm80_bwd_tile_shape.hpp"
+#include "cuda/bwd/sm80_warp_gemm.cuh"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/ptx/convert.cuh"
+#include "cuda/ptx/cp_async.cuh"
+#include "cuda/sm80/kv_block_range.hpp"
+#include "cuda/sm80/smem_copy.cuh"
+
+namespace flashkit::cuda::sm80 {
+
+// Adds a dQ fragment pair into the fp32 accumulator without waiting for an answer: `red` (no
+// return value) so a warp never stalls on the L2 round trip of its atomics; one 8-byte vector
+// reduction on sm90, two scalar ones before.
+__device__ __forceinline__ void add_pair(float* dst, float x0, float x1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x0), "f"(x1) : "memory");
+#else
+  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(dst), "f"(x0) : "memory");
+  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(dst + 1), "f"(x1) : "memory");
+#endif
+}
+
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    dkdv_kernel(const __grid_constant__ BwdParams bp) {
+  using Elem = typename T::Elem;
+  using QTile = typename T::QTile;
+  using KvTile = typename T::KvTile;
+  using PTile = typename T::PTile;
+  constexpr int kSdpMt = T::kSdpRows / 16, kSdpNt = T::kSdpCols / 8;
+  constexpr int kDkvMt = T::kDkvRows / 16, kDkvNt = T::kDkvCols / 8;
+  constexpr int kDqMt = T::kDqRows / 16, kDqNt = T::kDqCols / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const FwdParams& p = bp.f;
+  const int b = blockIdx.z, hk = blockIdx.y;
+  const core::SeqSpan sp = sequence_span(p, b);
+  const int len_q = int(sp.len_q), len_k = int(sp.len_k);
+  const int j0 = int(blockIdx.x) * T::kBlockN;
+  if (j0 >= len_k) return;
+  const int keys = len_k - j0 < T::kBlockN ? len_k - j0 : T::kBlockN;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const QueryBlockRange qb = query_block_range(p.mask, j0, j0 + keys - 1, len_q, len_k, T::kBlockM);
+  const int blocks = qb.count(), steps = blocks * p.group();
+
+  const std::uint32_t base = ptx::smem_address(smem);
+  const std::uint32_t k_tile = base + T::kKOffset, v_tile = base + T::kVOffset;
+  const std::uint32_t p_tile = base + T::kPOffset, ds_tile = base + T::kDsOffset;
+  auto q_tile = [&](int stage) { return base + T::kQOffset + stage * T::kStageBytes; };
+  auto do_tile = [&](int stage) { return q_tile(stage) + QTile::kBytes; };
+  auto stats = [&](int stage) {
+    return reinterpret_cast<RowStats*>(smem + T::kRowStatsOffset) + stage * T::kBlockM;
+  };
+
+  const Elem* k =
+      static_cast<const Elem*>(p.k) + core::element_offset(p.k_layout, b, sp.k_start, j0, hk);
+  const Elem* v =
+      static_cast<const Elem*>(p.v) + core::element_offset(p.v_layout, b, sp.k_start, j0, hk);
+  copy_tile_async<KvTile, T::kThreads>(k_tile, k, p.k_layout.token_stride, keys);
+  copy_tile_async<KvTile, T::kThreads>(v_tile, v, p.v_layout.token_stride, keys);
+
+  // Step s: query head hk * group + s / blocks, query block qb.first + (s + rot) % blocks. The
+  // rotation by key block spreads the CTAs of one head over different dQ rows at any moment:
+  // without it all of them start at the same query block and their atomics queue on the same L2
+  // lines.
+  const int rot = blocks > 0 ? int(blockIdx.x) % blocks : 0;
+  auto head_of = [&](int s) { return hk * p.group() + s / blocks; };
+  auto row0_of = [&](int s) { return (qb.first + (s % blocks + rot) % blocks) * T::kBlockM; };
+  auto issue = [&](int s) {
+    const int h = head_of(s), row0 = row0_of(s), stage = s % T::kStages;
+    const int rows = len_q - row0 < T::kBlockM ? len_q - row0 : T::kBlockM;
+    const Elem* q =
+        static_cast<const Elem*>(p.q) + core::element_offset(p.q_layout, b, sp.q_start, row0, h);
+    const Elem* dout = static_cast<const Elem*>(bp.dout) +
+                       core::element_offset(bp.dout_layout, b, sp.q_start, row0, h);
+    copy_tile_async<QTile, T::kThreads>(q_tile(stage), q, p.q_layout.token_stride, rows);
+    copy_tile_async<QTile, T::kThreads>(do_tile(stage), dout, bp.dout_layout.token_stride, rows);
+    if (int(threadIdx.x) < T::kBlockM) {
+      stats(stage)[threadIdx.x] = row_stats(bp, b, sp, row0 + int(threadIdx.x), h);
+    }
+  };
+  if (steps > 0) issue(0);
+  ptx::cp_async_commit();
+
+  float dk[kDkvMt][kDkvNt][4], dv[kDkvMt][kDkvNt][4];
+  zero(dk);
+  zero(dv);
+  // Warp coordinates in the three GEMM outputs.
+  const int sdp_key0 = warp / T::kShape.sdp.cols * T::kSdpRows;
+  const int sdp_q0 = warp % T::kShape.sdp.cols * T::kSdpCols;
+  const int dkv_key0 = warp / T::kShape.dkv.cols * T::kDkvRows;
+  const int dkv_d0 = warp % T::kShape.dkv.cols * T::kDkvCols;
+  const int dq_q0 = warp / T::kShape.dq.cols * T::kDqRows;
+  const int dq_d0 = warp % T::kShape.dq.cols * T::kDqCols;
+  // Per-lane operand offsets (sm80_warp_gemm.cuh).
+  const int kv_a_lane = operand_lane<KvTile, true, Stored::k_contiguous>(lane);
+  const int q_nk_lane = operand_lane<QTile, false, Stored::k_contiguous>(lane);
+  const int q_kn_lane = operand_lane<QTile, false, Stored::k_rows>(lane);
+  const int p_a_lane = operand_lane<PTile, true, Stored::k_contiguous>(lane);
+  const int p_km_lane = operand_lane<PTile, true, Stored::k_rows>(lane);
+  const int kv_kn_lane = operand_lane<KvTile, false, Stored::k_rows>(lane);
+
+  BwdScoreContext ctx;
+  ctx.col0 = j0;
+  ctx.shift = core::diagonal_shift(p.mask, len_q, len_k);
+  ctx.len_k = len_k;
+  ctx.mods = p.has_score_mods();
+
+  for (int s = 0; s < steps; ++s) {
+    const int stage = s % T::kStages, h = head_of(s), row0 = row0_of(s);
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // step s's Q, dO, stats visible; every warp is past step s - 1
+    if (s + 1 < steps) issue(s + 1);
+    ptx::cp_async_commit();
+
+    // A: S^T and dP^T, then P^T and dS^T into shared memory.
+    {
+      float st[kSdpMt][kSdpNt][4], dpt[kSdpMt][kSdpNt][4];
+      zero(st);
+      zero(dpt);
+      warp_gemm<Elem, kSdpMt, kSdpNt, T::kD, KvTile, Stored::k_contiguous, QTile,
+                Stored::k_contiguous>(st, k_tile, kv_a_lane, sdp_key0, q_tile(stage), q_nk_lane,
+                                      sdp_q0);
+      warp_gemm<Elem, kSdpMt, kSdpNt, T::kD, KvTile, Stored::k_contiguous, QTile,
+                Stored::k_contiguous>(dpt, v_tile, kv_a_lane, sdp_key0, do_tile(stage), q_nk_lane,
+                                      sdp_q0);
+      ctx.row0 = row0;
+      ctx.slope = alibi_slope(p, b, h);
+      const int last_row = (row0 + T::kBlockM < len_q ? row0 + T::kBlockM : len_q) - 1;
+      ctx.masked = kv_block_range(p.mask, row0, last_row, len_q, len_k, T::kBlockN)
+                       .needs_mask(int(blockIdx.x));
+      const RowStats* row_st = stats(stage);
+#pragma unroll
+      for (int nt = 0; nt < kSdpNt; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int q = sdp_q0 + nt * 8 + 2 * t + e;  // this element's query (a column of S^T)
+          const RowStats rs = row_st[q];
+          RowBand band{0, 0, 0};
+          if (ctx.masked) band = row_band(p, ctx, q);
+#pragma unroll
+          for (int mt = 0; mt < kSdpMt; ++mt)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int key = sdp_key0 + mt * 16 + half * 8 + g;
+              const bool visible = !ctx.masked || band_sees(band, key);
+              prob_and_dscore(st[mt][nt][2 * half + e], dpt[mt][nt][2 * half + e], p, ctx, rs, q,
+                              key, visible);
+            }
+        }
+#pragma unroll
+      for (int mt = 0; mt < kSdpMt; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row_off = PTile::lane_offset(half * 8 + g);
+#pragma unroll
+          for (int nt = 0; nt < kSdpNt; ++nt) {
+            const int unit = (sdp_q0 + nt * 8) / 8;
+            const int off = PTile::fixed_offset(sdp_key0 + 16 * mt, unit) +
+                            (row_off ^ PTile::unit_xor(unit)) + 4 * t;
+            *reinterpret_cast<std::uint32_t*>(smem + T::kPOffset + off) =
+                ptx::pack2<Elem>(st[mt][nt][2 * half], st[mt][nt][2 * half + 1]);
+            *reinterpret_cast<std::uint32_t*>(smem + T::kDsOffset + off) =
+                ptx::pack2<Elem>(dpt[mt][nt][2 * half], dpt[mt][nt][2 * half + 1]);
+          }
+        }
+    }
+    __syncthreads();  // P^T and dS^T visible
+
+    // B: dV += P^T dO, dK += dS^T Q.
+    warp_gemm<Elem, kDkvMt, kDkvNt, T::kBlockM, PTile, Stored::k_contiguous, QTile, Stored::k_rows>(
+        dv, p_tile, p_a_lane, dkv_key0, do_tile(stage), q_kn_lane, dkv_d0);
+    warp_gemm<Elem, kDkvMt, kDkvNt, T::kBlockM, PTile, Stored::k_contiguous, QTile, Stored::k_rows>(
+        dk, ds_tile, p_a_lane, dkv_key0, q_tile(stage), q_kn_lane, dkv_d0);
+
+    // C: dQ += dS K (dS read as the transpose of the stored dS^T).
+    if (bp.dq_accum != nullptr) {
+      float dq[kDqMt][kDqNt][4];
+      zero(dq);
+      warp_gemm<Elem, kDqMt, kDqNt, T::kBlockN, PTile, Stored::k_rows, KvTile, Stored::k_rows>(
+          dq, ds_tile, p_km_lane, dq_q0, k_tile, kv_kn_lane, dq_d0);
+#pragma unroll
+      for (int mt = 0; mt < kDqMt; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = row0 + dq_q0 + mt * 16 + half * 8 + g;
+          if (i >= len_q) continue;
+          float* dst = bp.dq_accum + dq_accum_row(bp, b, sp, i, h) + dq_d0 + 2 * t;
+#pragma unroll
+          for (int nt = 0; nt < kDqNt; ++nt) {
+            add_pair(dst + nt * 8, dq[mt][nt][2 * half], dq[mt][nt][2 * half + 1]);
+          }
+        }
+    }
+  }
+  ptx::cp_async_wait<0>();  // no copy outlives the CTA (steps == 0 leaves K and V in flight)
+
+  // dK and dV straight from registers, keys past the sequence not written.
+#pragma unroll
+  for (int mt = 0; mt < kDkvMt; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int j = j0 + dkv_key0 + mt * 16 + half * 8 + g;
+      if (j >= len_k) continue;
+      const std::int64_t k_off =
+          core::element_offset(bp.dk_layout, b, sp.k_start, j, hk) + dkv_d0 + 2 * t;
+      const std::int64_t v_off =
+          core::element_offset(bp.dv_layout, b, sp.k_start, j, hk) + dkv_d0 + 2 * t;
+#pragma unroll
+      for (int nt = 0; nt < kDkvNt; ++nt) {
+        store_pair(bp.dk, bp.dk_dtype, k_off + nt * 8, dk[mt][nt][2 * half],
+                   dk[mt][nt][2 * half + 1]);
+        store_pair(bp.dv, bp.dv_dtype, v_off + nt * 8, dv[mt][nt][2 * half],
+                   dv[mt][nt][2 * half + 1]);
+      }
+    }
+}
+
+template <class T>
+void launch_dkdv(const BwdParams& p, cudaStream_t stream) {
+  const dim3 grid(unsigned((p.f.seqlen_k + T::kBlockN - 1) / T::kBlockN), unsigned(p.f.heads_kv),
+                  unsigned(p.f.batch));
+  if (grid.x == 0 || grid.z == 0) return;
+  check_cuda(cudaFuncSetAttribute(dkdv_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  T::kSmemBytes),
+             "sm80 backward dK/dV: shared memory limit");
+  dkdv_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+  check_launch("sm80 backward dK/dV kernel");
+}
+
+}  // namespace flashkit::cuda::sm80
