@@ -275,7 +275,9 @@ def summary(suite, rows) -> str:
     ]
     for cfg, impls in by_config.items():
         fk = impls.get("flashkit", {}).get(key)
-        peers = [(r[key], n) for n, r in impls.items() if not n.startswith("flashkit") and key in r]
+        peers = [
+            (r[key], n) for n, r in impls.items() if not n.startswith("flashkit") and key in r
+        ]
         best = max(peers) if peers else None
         ratio = f"{fk / best[0]:.2f}" if fk and best else "-"
         fk_text = f"{fk:.1f}" if fk else impls.get("flashkit", {}).get("error", "-")[:9]
