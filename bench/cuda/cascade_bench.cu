@@ -10,6 +10,8 @@
 //                           decode kernels, merge_states
 //   flashkit-cascade-decode the same with the shared level on the decode kernels (Algo::fa1),
 //                           the design the tensor-core path replaces
+// and, for the first configuration, two diagnostic rows that split the cascade's time: the same
+// call with an empty prefix (suffix level, merge, launches) and the suffix level alone.
 // Each call is captured in a CUDA graph and timed with CUDA events after a warm-up, median of
 // 30; the pool is rotated over copies when one is under 3x the L2. The cascade's output is
 // checked against plain paged decode's (every element) and both against a double-precision host
@@ -17,8 +19,8 @@
 //
 // The second suite, paged_prefill, times paged_attention with q_len new tokens per sequence
 // (causal, bottom-right) on the decode kernels and on the tensor-core paged forward
-// (cuda/paged_fwd.hpp, called directly): where the second overtakes the first is the threshold
-// at which paged_attention routes calls to it.
+// (cuda/paged_fwd.hpp), both called directly, and paged_attention itself (which routes calls
+// of >= 64 query rows per KV head to the tensor cores, a threshold taken from this suite).
 //
 //   flashkit_cascade_bench --out DIR [--commit SHA]   (writes DIR/cascade.json,
 //                                                      DIR/paged_prefill.json)
@@ -42,6 +44,7 @@
 #include <vector>
 
 #include "core/validate.hpp"
+#include "cuda/decode/decode_backend.hpp"
 #include "cuda/paged_fwd.hpp"
 #include "flashkit/flashkit.hpp"
 
@@ -209,7 +212,7 @@ double reference_error(const Config& c, int b, const std::vector<std::int32_t>& 
   return worst;
 }
 
-std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_bytes,
+std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_bytes, bool diagnose,
                                            cudaStream_t stream) {
   const Device dev = Device::cuda(0);
   const std::int64_t unique_bytes =
@@ -265,7 +268,7 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
              d_suffix = upload(suffix);
   const auto d_lens = upload(std::vector<std::int32_t>(std::size_t(c.batch), c.prefix + c.suffix));
   const auto d_suffix_lens = upload(std::vector<std::int32_t>(std::size_t(c.batch), c.suffix));
-  const auto d_prefix_len = upload(std::vector<std::int32_t>{c.prefix});
+  const auto d_prefix_len = upload(std::vector<std::int32_t>{c.prefix, 0});
 
   const flashkit::PagedSplitPlan plan =
       flashkit::plan_paged_split(c.batch, 1, kHeadsQ, kHeadsKv, kDim, c.prefix + c.suffix, sms);
@@ -293,7 +296,7 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
     a.stream = stream;
     return [a] { flashkit::paged_attention(a); };
   };
-  auto cascade_call = [&](int s, flashkit::Algo algo) {
+  auto cascade_call = [&](int s, flashkit::Algo algo, bool empty_prefix = false) {
     flashkit::CascadeAttentionArgs a;
     a.q = q_t;
     a.out = Tensor(out_cascade.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
@@ -302,7 +305,8 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
     const int spp = std::max(pp, 1);
     a.shared.block_table =
         Tensor(d_shared->as<std::int32_t>() + s * spp, DType::i32, {1, spp}, dev);
-    a.shared.seq_lens = Tensor(d_prefix_len->p, DType::i32, {1}, dev);
+    a.shared.seq_lens =
+        Tensor(d_prefix_len->as<std::int32_t>() + (empty_prefix ? 1 : 0), DType::i32, {1}, dev);
     a.suffix.block_table = Tensor(d_suffix->as<std::int32_t>() + std::int64_t(s) * c.batch * sp,
                                   DType::i32, {c.batch, sp}, dev);
     a.suffix.seq_lens = Tensor(d_suffix_lens->p, DType::i32, {c.batch}, dev);
@@ -354,6 +358,28 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
   rows.push_back({"flashkit-cascade-decode", c,
                   per_set([&](int s) { return cascade_call(s, flashkit::Algo::fa1); }),
                   (c.prefix + double(c.batch) * c.suffix) * bpt, -1, -1});
+  if (diagnose) {
+    rows.push_back({"diag-cascade-empty-prefix", c, per_set([&](int s) {
+                      return cascade_call(s, flashkit::Algo::automatic, /*empty_prefix=*/true);
+                    }),
+                    c.batch * double(c.suffix) * bpt, -1, -1});
+    rows.push_back({"diag-suffix-level-only", c, per_set([&](int s) {
+                      flashkit::PagedAttentionArgs a;
+                      a.q = q_t;
+                      a.out = Tensor(out_paged.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
+                      a.kv.k_pages = k_t;
+                      a.kv.v_pages = v_t;
+                      a.kv.block_table =
+                          Tensor(d_suffix->as<std::int32_t>() + std::int64_t(s) * c.batch * sp,
+                                 DType::i32, {c.batch, sp}, dev);
+                      a.kv.seq_lens = Tensor(d_suffix_lens->p, DType::i32, {c.batch}, dev);
+                      a.mask.causal = true;
+                      a.num_splits = 1;  // as the cascade's suffix level
+                      a.stream = stream;
+                      return std::function<void()>([a] { flashkit::paged_attention(a); });
+                    }),
+                    c.batch * double(c.suffix) * bpt, -1, -1});
+  }
   return rows;
 }
 
@@ -401,8 +427,9 @@ std::vector<PrefillRow> run_prefill_config(int batch, int kv_len, int q_len, cud
   };
   const flashkit::PagedAttentionArgs decode_args = args(out_a.p), tc_args = args(out_b.p);
   const flashkit::core::PagedDims dims = flashkit::core::validate_paged(tc_args, 1);
-  auto decode = [&] { flashkit::paged_attention(decode_args); };
+  auto decode = [&] { flashkit::cuda::paged_attention(decode_args, dims); };
   auto tensor_cores = [&] { flashkit::cuda::paged_fwd(tc_args, dims); };
+  auto routed = [&] { flashkit::paged_attention(tc_args); };
   decode();
   tensor_cores();
   check(cudaStreamSynchronize(stream), "prefill calls");
@@ -420,7 +447,8 @@ std::vector<PrefillRow> run_prefill_config(int batch, int kv_len, int q_len, cud
   std::vector<PrefillRow> rows;
   for (auto [impl, call] :
        {std::pair<const char*, std::function<void()>>{"flashkit-paged-decode", decode},
-        {"flashkit-paged-tensor-core", tensor_cores}}) {
+        {"flashkit-paged-tensor-core", tensor_cores},
+        {"flashkit-paged", routed}}) {
     const double ms = graph_ms({call}, stream);
     rows.push_back({impl, batch, kv_len, q_len, ms, flops / (ms * 1e-3) / 1e12, diff});
   }
@@ -466,8 +494,8 @@ int main(int argc, char** argv) {
                                          {64, 1024, 256}, {64, 16384, 256}, {64, 4096, 64},
                                          {64, 4096, 512}, {16, 16384, 512}, {128, 1024, 64}};
     for (const Config& c : configs) {
-      for (CascadeRow& r :
-           run_cascade_config(c, prop.multiProcessorCount, double(prop.l2CacheSize), stream)) {
+      for (CascadeRow& r : run_cascade_config(c, prop.multiProcessorCount, double(prop.l2CacheSize),
+                                              &c == &configs[0], stream)) {
         rows.push_back(r);
       }
     }

@@ -47,11 +47,13 @@ struct Dims {
 };
 
 // Query rows per tile of the sm80 forward (block_m, every head dim) and the CTAs the shared
-// level's key splits aim for: two waves of the H200's 132 SMs, so a CTA that runs long is absorbed
-// by the rest. A fixed number, not read from the device, so that cascade_workspace_elems is a
-// function of the shapes alone.
+// level's key splits aim for, counted without GQA packing: 4 per SM of the H200's 132, so ~2 per
+// SM once a GQA group of 4 is packed into each tile. The forward's CTA holds half an SM's
+// registers, so two run at once; with one per SM (8 splits of 512 keys at batch 64 and a 4k
+// prefix, 128 CTAs) the level ran at ~135 TFLOP/s (docs/kernels/cascade.md). A fixed number, not
+// read from the device, so that cascade_workspace_elems is a function of the shapes alone.
 constexpr std::int64_t kTileRows = 128;
-constexpr std::int64_t kTargetCtas = 2 * 132;
+constexpr std::int64_t kTargetCtas = 4 * 132;
 constexpr std::int64_t kMaxSharedSplits = 16;
 // A split of fewer keys costs more (its Q load, epilogue and partial state) than it adds.
 constexpr std::int64_t kMinSplitKeys = 256;

@@ -349,15 +349,31 @@ TEST(CudaPagedForward, MasksAndScoreModifiers) {
   }
 }
 
-TEST(CudaPagedForward, HeadDims64And256AndStridedTensors) {
+TEST(CudaPagedForward, HeadDims64And256) {
   for (std::int64_t d : {64, 256}) {
     PagedSpec s = forward_spec(DType::f16, 16, 4, 37);
     s.head_dim = d;
     check_paged_forward(s);
   }
-  PagedSpec s = forward_spec(DType::bf16, 64, 4, 37);
-  s.strided = true;
-  check_paged_forward(s);
+}
+
+// paged_attention runs calls of >= 64 query rows per KV head (q_len * group) on the paged
+// forward; the rest, and what the forward cannot run (rows padded by 3 elements: not 16-byte
+// aligned), on the decode kernels. Both against the oracle.
+TEST(CudaPagedForward, PagedAttentionRoutesLongQueryBlocksHere) {
+  for (bool strided : {false, true}) {
+    for (std::int64_t q_len : {15, 16, 200}) {
+      PagedSpec s = forward_spec(DType::bf16, 16, 4, q_len);
+      s.strided = strided;
+      SCOPED_TRACE(s.name());
+      const PagedCase c = make_paged_case(s);
+      const PagedResult oracle = run_paged(c, Algo::reference, 1, DType::f64);
+      const ForwardResult ref = plain_forward(contiguous_case(c, s.q_dtype));
+      const PagedResult got = run_paged_gpu(c, s.q_dtype, false);
+      EXPECT_EQ("", check_close("out", got.out, oracle.out, ref.out, kAtol));
+      EXPECT_EQ("", check_lse(got.lse, oracle.lse, kLseTol));
+    }
+  }
 }
 
 TEST(CudaPagedForward, SaysWhatItCannotRun) {
@@ -380,6 +396,13 @@ TEST(CudaPagedForward, SaysWhatItCannotRun) {
   const core::PagedDims dims_b = core::validate_paged(b, 1);
   EXPECT_EQ("key splits of more than one cache sequence",
             cuda::paged_fwd_unsupported(b, dims_b, split));
+  s.strided = true;
+  s.alibi = false;
+  const PagedCase padded = make_paged_case(s);
+  const DevicePaged dev_padded(padded);
+  DeviceTensor padded_out(HostTensor(DType::bf16, padded.out_shape()));
+  const PagedAttentionArgs p = dev_padded.args(padded, padded_out.view(), Tensor());
+  EXPECT_EQ("rows not 16-byte aligned", cuda::paged_fwd_unsupported(p, core::validate_paged(p, 1)));
 }
 
 }  // namespace
