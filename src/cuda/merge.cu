@@ -26,12 +26,9 @@ struct MergeParams {
 // The S-way form of core::merge_weights: with m = max_s lse_s and w_s = exp(lse_s - m),
 // o = sum_s w_s o_s / sum_s w_s and lse = m + log(sum_s w_s). Folding the states pairwise (as the
 // CPU does) chains every load behind the previous state's weights: with 10 states and d = 128,
-// 40 dependent global loads per warp. Here lane l computes the weight of state l of each chunk of
-// 32 once and shuffles it to the others, and the o loads (16 bytes per lane when the states are
-// f32 with 16-byte aligned rows, `vec4`) are independent of each other: a decode batch of
-// 64 x 32 (token, head) pairs is only 2048 warps, so it is the loads in flight per warp that set
-// the speed (cascade merges up to 17 states).
-__global__ void merge_kernel(MergeParams p, bool vec4) {
+// 40 dependent global loads per warp, a latency-bound kernel on a decode batch (cascade merges
+// up to 17 states). Here the lse loads, then the o loads, are independent of each other.
+__global__ void merge_kernel(MergeParams p) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const std::int64_t pair = std::int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -42,42 +39,22 @@ __global__ void merge_kernel(MergeParams p, bool vec4) {
   for (int s = lane; s < p.states; s += 32) m = fmaxf(m, lse[s * p.sl_stride[0]]);
   m = ptx::warp_max(m);
   // exp(lse_s - m) for a state that saw no key (-inf) is 0: it weighs nothing and its o (which
-  // may be anything, NaN included) is never used.
-  auto weight = [&](int s) {
-    return s < p.states && m != kNegInf ? expf(lse[s * p.sl_stride[0]] - m) : 0.0f;
-  };
+  // may be anything) is never used.
+  auto weight = [&](int s) { return m == kNegInf ? 0.0f : expf(lse[s * p.sl_stride[0]] - m); };
   float l = 0.0f;
   for (int s = lane; s < p.states; s += 32) l += weight(s);
   l = ptx::warp_sum(l);
   const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
   const std::int64_t o0 = t * p.so_stride[1] + h * p.so_stride[2];
-  const int per_lane = vec4 ? 4 : 1;
-  for (int e = lane * per_lane; e < p.dim; e += 32 * per_lane) {
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int chunk = 0; chunk < p.states; chunk += 32) {
-      const float w_lane = weight(chunk + lane);
-      const int n = p.states - chunk < 32 ? p.states - chunk : 32;
-#pragma unroll 8
-      for (int i = 0; i < n; ++i) {
-        const float w = __shfl_sync(0xffffffffu, w_lane, i);
-        const std::int64_t at = o0 + (chunk + i) * p.so_stride[0] + e;
-        if (vec4) {
-          const float4 x =
-              *reinterpret_cast<const float4*>(static_cast<const float*>(p.states_o) + at);
-          acc[0] += w > 0.0f ? w * x.x : 0.0f;
-          acc[1] += w > 0.0f ? w * x.y : 0.0f;
-          acc[2] += w > 0.0f ? w * x.z : 0.0f;
-          acc[3] += w > 0.0f ? w * x.w : 0.0f;
-        } else {
-          const float x = load_as_float(p.states_o, p.in_dtype, at);
-          acc[0] += w > 0.0f ? w * x : 0.0f;
-        }
-      }
+  for (int e = lane; e < p.dim; e += 32) {
+    float o = 0.0f;
+#pragma unroll 4
+    for (int s = 0; s < p.states; ++s) {
+      const float w = weight(s);
+      const float o_s = load_as_float(p.states_o, p.in_dtype, o0 + s * p.so_stride[0] + e);
+      o += w > 0.0f ? w * o_s : 0.0f;
     }
-    for (int k = 0; k < per_lane; ++k) {
-      store_from_float(p.out, p.out_dtype, t * p.o_stride[0] + h * p.o_stride[1] + e + k,
-                       acc[k] * inv_l);
-    }
+    store_from_float(p.out, p.out_dtype, t * p.o_stride[0] + h * p.o_stride[1] + e, o * inv_l);
   }
   if (lane == 0 && p.out_lse != nullptr) {
     p.out_lse[t * p.ol_stride[0] + h * p.ol_stride[1]] = l > 0.0f ? m + logf(l) : kNegInf;
@@ -109,13 +86,9 @@ void merge(const MergeArgs& args, const core::MergeDims& dims) {
   p.out_dtype = args.out.dtype();
   const std::int64_t pairs = dims.tokens * dims.heads;
   if (pairs == 0) return;
-  // 16-byte loads of f32 states: rows of whole float4s, 16-byte aligned.
-  bool vec4 = p.in_dtype == DType::f32 && p.dim % 4 == 0 &&
-              reinterpret_cast<std::uintptr_t>(p.states_o) % 16 == 0;
-  for (int i = 0; i < 3; ++i) vec4 = vec4 && p.so_stride[i] % 4 == 0;
   constexpr int kWarps = 8;
   merge_kernel<<<unsigned((pairs + kWarps - 1) / kWarps), 32 * kWarps, 0,
-                 static_cast<cudaStream_t>(args.stream)>>>(p, vec4);
+                 static_cast<cudaStream_t>(args.stream)>>>(p);
   check_launch("merge_states kernel");
 }
 
