@@ -1,5 +1,9 @@
 // `flashkit serve-sim`: runs the serving simulator on each requested workload and reports prefix
-// reuse and memory use as a table, and optionally as JSON.
+// reuse and memory use as a table, and optionally as JSON. With a GPU it also times the average
+// decode step with plain paged decode and with cascade attention (tokens per second).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
@@ -8,6 +12,7 @@
 #include "format.hpp"
 #include "json_writer.hpp"
 #include "serve_sim_engine.hpp"
+#include "serve_sim_gpu.hpp"
 
 namespace flashkit::app {
 namespace {
@@ -17,7 +22,36 @@ using ll = long long;
 struct Row {
   WorkloadSpec spec;
   SimResult result;
+  DecodeStepTiming gpu;  // measured only with a GPU
 };
+
+// The decode step the simulation ran on average, as one batch sharing its matched prefix (a
+// simplification: requests matching different cached prefixes would run one cascade per group).
+DecodeStepShape step_shape(const SimResult& r) {
+  DecodeStepShape s;
+  s.batch = std::llround(r.batch_mean);
+  s.prefix = std::llround(r.matched_mean);
+  s.suffix = std::max<std::int64_t>(1, std::llround(r.own_mean));
+  return s;
+}
+
+void print_gpu_table(const std::vector<Row>& rows) {
+  if (rows.empty() || !rows.front().gpu.measured) return;
+  std::printf(
+      "\ndecode step on %s (bf16, GQA 32/8, d 128, pages of 16; the batch's matched tokens as one "
+      "shared prefix):\n",
+      rows.front().gpu.device.c_str());
+  std::printf("%-10s %6s %7s %7s %10s %11s %13s %15s %8s\n", "workload", "batch", "prefix",
+              "suffix", "paged ms", "cascade ms", "paged tok/s", "cascade tok/s", "speedup");
+  for (const Row& row : rows) {
+    const DecodeStepTiming& t = row.gpu;
+    if (!t.measured) continue;
+    std::printf("%-10s %6lld %7lld %7lld %10.4f %11.4f %13.0f %15.0f %7.2fx\n",
+                row.spec.name.c_str(), ll(t.shape.batch), ll(t.shape.prefix), ll(t.shape.suffix),
+                t.paged_ms, t.cascade_ms, t.paged_tokens_per_s(), t.cascade_tokens_per_s(),
+                t.paged_ms / t.cascade_ms);
+  }
+}
 
 void print_table(const ServeSimOptions& o, const SimConfig& c, const std::vector<Row>& rows) {
   std::printf(
@@ -103,6 +137,19 @@ void write_json(const std::string& path, const ServeSimOptions& o, const SimConf
     j.key("peak").value(r.pages_peak);
     j.key("end").value(r.pages_end);
     j.end_object();
+    if (row.gpu.measured) {
+      const DecodeStepTiming& t = row.gpu;
+      j.key("gpu_decode_step").begin_object();
+      j.key("device").value(t.device);
+      j.key("batch").value(t.shape.batch);
+      j.key("prefix").value(t.shape.prefix);
+      j.key("suffix").value(t.shape.suffix);
+      j.key("paged_ms").value(t.paged_ms);
+      j.key("cascade_ms").value(t.cascade_ms);
+      j.key("paged_tokens_per_s").value(t.paged_tokens_per_s());
+      j.key("cascade_tokens_per_s").value(t.cascade_tokens_per_s());
+      j.end_object();
+    }
     j.end_object();
   }
   j.end_array();
@@ -121,9 +168,12 @@ int run_serve_sim(const ServeSimOptions& options) {
   std::vector<Row> rows;
   for (const std::string& name : options.workloads) {
     const WorkloadSpec spec = workload_spec(name);
-    rows.push_back(Row{spec, simulate(spec, config)});
+    const SimResult result = simulate(spec, config);
+    // With a GPU: the average decode step, timed with plain paged decode and with cascade.
+    rows.push_back(Row{spec, result, time_decode_step(step_shape(result))});
   }
   print_table(options, config, rows);
+  print_gpu_table(rows);
   if (!options.json_path.empty()) write_json(options.json_path, options, config, rows);
   return 0;
 }

@@ -58,6 +58,11 @@ class Server {
     if (samples_ > 0) {
       result_.utilisation = stored_sum_ / capacity_sum_;
       result_.pages_mean = used_sum_ / double(samples_);
+      result_.batch_mean = running_sum_ / double(samples_);
+    }
+    if (running_sum_ > 0) {
+      result_.matched_mean = matched_sum_ / running_sum_;
+      result_.own_mean = own_sum_ / running_sum_;
     }
     return result_;
   }
@@ -162,7 +167,12 @@ class Server {
     const std::int64_t used = alloc_.num_pages() - alloc_.free_pages();
     // Cached pages are always full; a running request adds its own tokens past its match.
     double stored = double(cache_.stats().pages_held * config_.page_size);
-    for (const Running& r : running_) stored += double(r.length - r.matched);
+    for (const Running& r : running_) {
+      stored += double(r.length - r.matched);
+      matched_sum_ += double(r.matched);
+      own_sum_ += double(r.length - r.matched);
+    }
+    running_sum_ += double(running_.size());
     stored_sum_ += stored;
     capacity_sum_ += double(used * config_.page_size);
     used_sum_ += double(used);
@@ -185,6 +195,7 @@ class Server {
   std::vector<Running> running_;
   std::int64_t step_ = 0, issued_ = 0, done_ = 0, reserved_ = 0;
   double stored_sum_ = 0, capacity_sum_ = 0, used_sum_ = 0;
+  double running_sum_ = 0, matched_sum_ = 0, own_sum_ = 0;
   std::int64_t samples_ = 0;
   SimResult result_;
 };

@@ -32,6 +32,9 @@ struct SimResult {
   double pages_mean = 0;  // used pages, over steps
   std::int64_t pages_peak = 0;
   std::int64_t pages_end = 0;  // held by the prefix cache once every request is done
+  // The decode batch, averaged over steps: requests running, their tokens found in the prefix
+  // cache, and their own tokens (the decode step serve-sim times on a GPU).
+  double batch_mean = 0, matched_mean = 0, own_mean = 0;
 
   double hit_rate() const {
     return prompt_tokens == 0 ? 0.0 : double(matched_tokens) / double(prompt_tokens);

@@ -1,8 +1,9 @@
 // Cascade (shared-prefix) attention for decode and append: requests that share a prompt prefix
 // attend to its KV once, as one shared paged sequence, and to their own suffix separately; the two
 // partial states are merged with merge_states. The result equals paged_attention over each
-// request's prefix + suffix, without storing the prefix once per request. CPU tensors for now:
-// CUDA tensors are refused until the composition has been run on a GPU.
+// request's prefix + suffix, without storing the prefix once per request. On CUDA the shared
+// level runs on tensor cores (docs/kernels/cascade.md); nothing is allocated or synchronised, so
+// a call can be captured in a CUDA graph.
 #pragma once
 
 #include <cstdint>
@@ -28,18 +29,24 @@ struct CascadeAttentionArgs {
   PagedKV suffix;
   Tensor out;  // like q
   Tensor lse;  // optional f32 [batch, heads_q, q_len]
-  // Contiguous f32 scratch of at least cascade_workspace_elems() elements on q's device: both
-  // levels' partial outputs and lse.
+  // Contiguous f32 scratch of at least cascade_workspace_elems() elements on q's device (16-byte
+  // aligned on CUDA): the levels' partial outputs and lse (on CUDA the shared level writes one
+  // partial state per key split).
   Tensor workspace;
   std::optional<float> softmax_scale;
   // causal (bottom-right) applies to the suffix level only: every query sees the whole prefix.
   // softcap applies to both. window, alibi and prefix_len are refused: key positions across the
   // two levels are not modelled.
   Mask mask;
+  // CUDA: automatic and fa2 run the shared level on tensor cores where they can (f16 / bf16 pages
+  // of q's dtype, head dims 64, 128, 256); other values, and calls the tensor cores cannot run,
+  // take the decode kernels. CPU: as paged_attention.
   Algo algo = Algo::automatic;
   void* stream = nullptr;
 };
 
+// (1 + shared splits) * batch * q_len * heads_q * (head_dim_v + 1), the splits chosen so the
+// shared level fills a GPU (1..16; fewer the more query rows there are).
 std::int64_t cascade_workspace_elems(std::int64_t batch, std::int64_t q_len, std::int64_t heads_q,
                                      std::int64_t head_dim_v);
 

@@ -7,7 +7,7 @@
                                            block_table=table, causal=True)  # paged decode
 
 With torch installed, the custom ops torch.ops.flashkit.fwd / bwd / merge / paged_fwd /
-append_kv are registered on import (autograd, torch.compile and CUDA graphs work through them).
+cascade_fwd / append_kv are registered on import (autograd, torch.compile and CUDA graphs work through them).
 Without torch the numpy functions work on the CPU backend.
 """
 
@@ -15,7 +15,13 @@ from . import _flashkit
 from ._flashkit import FlashkitError
 from .api import attention, attention_backward, merge_states
 from .flash_attn_interface import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
-from .kvcache import KVCacheManager, append_kv, paged_attention, plan_paged_split
+from .kvcache import (
+    KVCacheManager,
+    append_kv,
+    cascade_attention,
+    paged_attention,
+    plan_paged_split,
+)
 
 __version__ = _flashkit.version()
 
@@ -35,6 +41,7 @@ __all__ = [
     "append_kv",
     "attention",
     "attention_backward",
+    "cascade_attention",
     "flash_attn_func",
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",

@@ -1,5 +1,5 @@
-"""Paged attention as torch custom ops: flashkit::paged_fwd (out, lse) and flashkit::append_kv
-(writes the pages in place, declared as mutating them). Outputs and the split workspace are
+"""Paged attention as torch custom ops: flashkit::paged_fwd (out, lse), flashkit::cascade_fwd
+(out, lse) and flashkit::append_kv (writes the pages in place, declared as mutating them). Outputs and the split workspace are
 allocated with torch on the inputs' device, and kernels launch on the current CUDA stream without
 host synchronization, so decode steps can be captured in CUDA graphs and traced by torch.compile.
 """
@@ -99,6 +99,62 @@ def paged_fwd(
 @paged_fwd.register_fake
 def _(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, cu_seqlens_q, *rest):
     return _alloc(q, v_pages, cu_seqlens_q is not None)
+
+
+@torch.library.custom_op("flashkit::cascade_fwd", mutates_args=())
+def cascade_fwd(
+    q: Tensor,
+    k_pages: Tensor,
+    v_pages: Tensor,
+    shared_block_table: Tensor,
+    shared_seq_len: Tensor,
+    suffix_k_pages: Tensor,
+    suffix_v_pages: Tensor,
+    suffix_block_table: Tensor,
+    suffix_seq_lens: Tensor,
+    softmax_scale: Optional[float],
+    causal: bool,
+    softcap: float,
+    algo: str,
+) -> tuple[Tensor, Tensor]:
+    out, lse = _alloc(q, v_pages, False)
+    batch, q_len, heads_q = q.shape[0], q.shape[1], q.shape[2]
+    elems = _flashkit.cascade_workspace_elems(batch, q_len, heads_q, v_pages.shape[-1])
+    workspace = q.new_empty((elems,), dtype=torch.float32)
+    o = _flashkit.CascadeOptions()
+    o.softmax_scale = softmax_scale
+    o.causal = causal
+    o.softcap = softcap
+    o.algo = algo
+    o.stream = _stream(q)
+    with _on_device(q):
+        _flashkit.cascade_attention(
+            _view(q),
+            _view(k_pages),
+            _view(v_pages),
+            _view(shared_block_table),
+            _view(shared_seq_len),
+            _view(suffix_k_pages),
+            _view(suffix_v_pages),
+            _view(suffix_block_table),
+            _view(suffix_seq_lens),
+            _view(out),
+            _view(lse),
+            _view(workspace),
+            o,
+        )
+    return out, lse
+
+
+@cascade_fwd.register_fake
+def _(q, k_pages, v_pages, *rest):
+    return _alloc(q, v_pages, False)
+
+
+def cascade(*arrays_and_options):
+    """cascade_fwd with the scalars of a CascadeOptions."""
+    *arrays, o = arrays_and_options
+    return cascade_fwd(*arrays, o.softmax_scale, o.causal, o.softcap, o.algo)
 
 
 @torch.library.custom_op("flashkit::append_kv", mutates_args=("k_pages", "v_pages"))

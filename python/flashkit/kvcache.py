@@ -1,5 +1,6 @@
 """Paged KV cache: attention of new queries against cached pages (decode, chunked prefill),
-writing new tokens into pages, and KVCacheManager, which owns the pages of a cache.
+cascade attention over a prefix shared by a batch, writing new tokens into pages, and
+KVCacheManager, which owns the pages of a cache.
 
 Layouts are vLLM's and FlashAttention's: pages [num_pages, page_size, kv_heads, head_dim] with
 page_size a power of two in 1..256, block_table int32 [batch, max_pages] (sequence b's token t
@@ -9,7 +10,8 @@ in the cache), so causal masking is bottom-right aligned. e4m3 pages (torch.floa
 with f32 scales [num_pages, kv_heads]: value = stored * scale.
 
 numpy arrays run on the CPU backend; torch tensors (CPU or CUDA) go through the custom ops
-flashkit::paged_fwd and flashkit::append_kv, so torch.compile and CUDA graphs work.
+flashkit::paged_fwd, flashkit::cascade_fwd and flashkit::append_kv, so torch.compile and CUDA
+graphs work.
 """
 
 from __future__ import annotations
@@ -152,6 +154,97 @@ def append_kv(
         _flashkit.append_kv(
             k_new, v_new, start_pos, k_pages, v_pages, block_table, k_scale, v_scale
         )
+
+
+# --- cascade (shared-prefix) attention ---------------------------------------------------------
+
+
+def cascade_attention(
+    q,
+    k_pages,
+    v_pages,
+    shared_block_table,
+    shared_seq_len,
+    suffix_block_table,
+    suffix_seq_lens,
+    *,
+    suffix_k_pages=None,
+    suffix_v_pages=None,
+    softmax_scale=None,
+    causal=True,
+    softcap=0.0,
+    return_lse=False,
+    algo="auto",
+):
+    """Attention of requests that share a prompt prefix: the prefix's pages are attended once
+    for the whole batch, each request's own suffix separately, and the two results merged. Equal
+    to paged_attention over each request's prefix + suffix.
+
+    q [batch, q_len, heads_q, d]: each request's newest q_len tokens (the end of its suffix);
+    with q_len > 1 one stride over batch and tokens (a contiguous q). The prefix: its pages in
+    k_pages / v_pages, shared_block_table int32 [1, max_pages] (or [max_pages]) and
+    shared_seq_len int32 [1] (its length; 0 allowed). The suffixes: suffix_block_table int32
+    [batch, max_pages] and suffix_seq_lens int32 [batch], in the same pool unless
+    suffix_k_pages / suffix_v_pages are given; a suffix starts at slot 0 of its own page.
+    causal (bottom-right) applies within the suffix: every query sees the whole prefix. softcap
+    and softmax_scale apply to both. On CUDA the prefix runs on tensor cores (f16 / bf16 pages,
+    head dims 64, 128, 256) and the call allocates (with torch) and synchronizes nothing else,
+    so it can be captured in a CUDA graph. algo: "auto" or "reference" (CPU only).
+
+    Returns out (like q), and with return_lse also lse (f32 [batch, heads_q, q_len]).
+    """
+    suffix_k_pages = k_pages if suffix_k_pages is None else suffix_k_pages
+    suffix_v_pages = v_pages if suffix_v_pages is None else suffix_v_pages
+    kind = _arrays.array_kind(
+        q=q,
+        k_pages=k_pages,
+        v_pages=v_pages,
+        shared_block_table=shared_block_table,
+        shared_seq_len=shared_seq_len,
+        suffix_block_table=suffix_block_table,
+        suffix_seq_lens=suffix_seq_lens,
+        suffix_k_pages=suffix_k_pages,
+        suffix_v_pages=suffix_v_pages,
+    )
+    _arrays.expect_ndim("q", q, 4, "[batch, q_len, heads_q, head_dim]")
+    for name, pages in (
+        ("k_pages", k_pages),
+        ("v_pages", v_pages),
+        ("suffix_k_pages", suffix_k_pages),
+        ("suffix_v_pages", suffix_v_pages),
+    ):
+        _arrays.expect_ndim(name, pages, 4, "[num_pages, page_size, kv_heads, head_dim]")
+    if len(shared_block_table.shape) == 1:
+        shared_block_table = shared_block_table.reshape(1, -1)
+    if len(shared_seq_len.shape) == 0:
+        shared_seq_len = shared_seq_len.reshape(1)
+    o = _flashkit.CascadeOptions()
+    o.softmax_scale = make_settings(softmax_scale=softmax_scale).softmax_scale
+    o.causal = bool(causal)
+    o.softcap = float(softcap)
+    o.algo = algo
+    arrays = (
+        q,
+        k_pages,
+        v_pages,
+        shared_block_table,
+        shared_seq_len,
+        suffix_k_pages,
+        suffix_v_pages,
+        suffix_block_table,
+        suffix_seq_lens,
+    )
+    if kind == "torch":
+        out, lse = _paged_torch.cascade(*arrays, o)
+    else:
+        out = np.empty(_arrays.out_shape(q, v_pages), dtype=q.dtype)
+        lse = np.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=np.float32)
+        workspace = np.empty(
+            _flashkit.cascade_workspace_elems(q.shape[0], q.shape[1], q.shape[2], v_pages.shape[3]),
+            dtype=np.float32,
+        )
+        _flashkit.cascade_attention(*arrays, out, lse, workspace, o)
+    return (out, lse) if return_lse else out
 
 
 # --- FlashAttention's flash_attn_with_kvcache on top of the two --------------------------------

@@ -1,16 +1,23 @@
-// Cascade attention by composition: two paged_attention calls (the shared prefix, each request's
-// suffix) write partial (o, lse) states into the caller's workspace, and merge_states combines
-// them. No kernel of its own, so it runs wherever paged_attention and merge_states do.
+// Cascade attention by composition: the shared prefix and each request's suffix write partial
+// (o, lse) states into the caller's workspace, and merge_states combines them.
 //
-// Level 1 runs all batch * q_len queries as ONE sequence (q viewed as [1, batch * q_len, ...])
-// against the shared pages, so they are read once per KV head rather than once per request.
-// paged_attention wants a sequence to hold its queries (they are taken to be its last tokens;
-// with causal off nothing else depends on it), so on the CPU, where the prefix length is known,
-// the rows go in chunks of at most prefix-length queries, each a valid call; an empty prefix skips
-// level 1. A GPU-resident seq_lens is not read: one call, which the kernels run as it stands
-// (with causal off they only walk the keys that exist; none gives lse = -inf).
-// Level 1's lse is [heads, batch * q_len]; level 2's is laid out the same in the workspace, so the
-// two states stack as merge_states' [2, ...] with one stride.
+// The shared level runs all batch * q_len queries as ONE sequence (q viewed as [1, batch * q_len,
+// ...]) against the shared pages, so they are read once per KV head rather than once per request.
+//  - CPU: paged_attention wants a sequence to hold its queries (they are taken to be its last
+//    tokens; with causal off nothing else depends on it), so, the prefix length being known, the
+//    rows go in chunks of at most prefix-length queries, each a valid call; an empty prefix skips
+//    the level. States: [shared, suffix].
+//  - CUDA: the sm80 forward over paged K/V (cuda/paged_fwd.hpp) on tensor cores: the level is
+//    batch * q_len * group query rows per KV head against the whole prefix, ~4.3 GFLOP at batch
+//    64 and 4k tokens, which the decode kernels' CUDA cores would take longer over than plain
+//    decode takes to read every request's copy. Its few query tiles are spread over enough CTAs
+//    by splitting the prefix's keys, each split its own state: [split 0 .. split S-1, suffix].
+//    seq_lens stays on the device (no host sync, graph-capturable): splits past the prefix's end
+//    see no key and weigh 0 in the merge. Calls the tensor-core path cannot run (e4m3 pages, other
+//    head dims) take one decode-kernel call for the level instead.
+// The suffix level is one paged_attention call (decode kernels on CUDA). Every level's lse is
+// [heads, batch * q_len] (the shared level's layout as one sequence), so the states stack as
+// merge_states' [states, ...] with one stride.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -20,6 +27,10 @@
 #include "core/validate.hpp"
 #include "flashkit/cascade.hpp"
 #include "flashkit/error.hpp"
+
+#if FLASHKIT_HAVE_CUDA
+#include "cuda/paged_fwd.hpp"
+#endif
 
 namespace flashkit {
 
@@ -35,17 +46,42 @@ struct Dims {
   Device device;
 };
 
-// The f32 workspace: partial outputs of both levels [2, batch * q_len, heads, d], then their lse
-// [2, heads, batch * q_len] (level 1's layout as one sequence).
+// Query rows per tile of the sm80 forward (block_m, every head dim) and the CTAs the shared
+// level's key splits aim for, counted without GQA packing: 4 per SM of the H200's 132, so ~2 per
+// SM once a GQA group of 4 is packed into each tile. The forward's CTA holds half an SM's
+// registers, so two run at once; with one per SM (8 splits of 512 keys at batch 64 and a 4k
+// prefix, 128 CTAs) the level ran at ~135 TFLOP/s (docs/kernels/cascade.md). A fixed number, not
+// read from the device, so that cascade_workspace_elems is a function of the shapes alone.
+constexpr std::int64_t kTileRows = 128;
+constexpr std::int64_t kTargetCtas = 4 * 132;
+constexpr std::int64_t kMaxSharedSplits = 16;
+// A split of fewer keys costs more (its Q load, epilogue and partial state) than it adds.
+constexpr std::int64_t kMinSplitKeys = 256;
+constexpr std::int64_t kSplitKeyMultiple = 64;  // the forward's KV block (d <= 256)
+
+std::int64_t div_up(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Key splits the workspace has room for: enough for kTargetCtas CTAs of (query tile, head).
+std::int64_t max_shared_splits(std::int64_t rows, std::int64_t heads) {
+  const std::int64_t ctas = div_up(rows, kTileRows) * heads;
+  if (ctas <= 0) return 1;
+  return std::clamp<std::int64_t>(div_up(kTargetCtas, ctas), 1, kMaxSharedSplits);
+}
+
+// The f32 workspace: partial outputs of every state [states, batch * q_len, heads, d], then their
+// lse [states, heads, batch * q_len] (the shared level's layout as one sequence).
 struct Workspace {
   float* base;
   Dims d;
 
   std::int64_t rows() const { return d.batch * d.q_len; }
+  std::int64_t states() const { return 1 + max_shared_splits(rows(), d.heads); }
   std::int64_t o_elems() const { return rows() * d.heads * d.head_dim; }
   std::int64_t lse_elems() const { return d.heads * rows(); }
-  float* o(int level) const { return base + level * o_elems(); }
-  float* lse(int level) const { return base + 2 * o_elems() + level * lse_elems(); }
+  float* o(std::int64_t state) const { return base + state * o_elems(); }
+  float* lse(std::int64_t state) const { return base + states() * o_elems() + state * lse_elems(); }
 };
 
 void* shifted(const Tensor& t, std::int64_t elems) {
@@ -83,6 +119,11 @@ void check_workspace(const Tensor& w, const Dims& d) {
          num(w.numel()));
   }
   core::expect_data("workspace", w);
+  if (!d.device.is_cpu() && reinterpret_cast<std::uintptr_t>(w.data()) % 16 != 0) {
+    fail("workspace.data", "a 16-byte aligned pointer on cuda (the kernels store 16-byte rows)",
+         "an address = " + num(std::int64_t(reinterpret_cast<std::uintptr_t>(w.data()) % 16)) +
+             " mod 16");
+  }
 }
 
 void check_outputs(const CascadeAttentionArgs& a, const Dims& d) {
@@ -128,9 +169,9 @@ PagedAttentionArgs level_args(const CascadeAttentionArgs& a, const Tensor& q, co
 }
 
 // paged_attention calls its cache "kv"; say which level's cache is wrong.
-void validate_level(const PagedAttentionArgs& p, const std::string& level) {
+core::PagedDims validate_level(const PagedAttentionArgs& p, const std::string& level) {
   try {
-    core::validate_paged(p, 1);
+    return core::validate_paged(p, 1);
   } catch (const Error& e) {
     const std::string& arg = e.argument();
     const std::string what = e.what();  // "<arg>: expected <expected>, got <got>"
@@ -158,6 +199,16 @@ PagedAttentionArgs shared_rows(const CascadeAttentionArgs& a, const Workspace& w
   return level_args(a, rows, a.shared, mask, out, lse);
 }
 
+// The suffix level writing state `state` of the workspace.
+PagedAttentionArgs suffix_into(const CascadeAttentionArgs& a, const Workspace& ws,
+                               std::int64_t state) {
+  const Dims& d = ws.d;
+  const Tensor out(ws.o(state), DType::f32, {d.batch, d.q_len, d.heads, d.head_dim}, d.device);
+  const Tensor lse(ws.lse(state), DType::f32, {d.batch, d.heads, d.q_len}, {d.q_len, ws.rows(), 1},
+                   d.device);
+  return level_args(a, a.q, a.suffix, a.mask, out, lse);
+}
+
 // The calls of both levels, validated before any runs.
 struct Levels {
   std::vector<PagedAttentionArgs> shared;  // empty when the prefix is known to be empty
@@ -165,7 +216,6 @@ struct Levels {
 };
 
 Levels plan_levels(const CascadeAttentionArgs& a, const Workspace& ws) {
-  const Dims& d = ws.d;
   const std::int64_t rows = ws.rows();
   const std::int64_t prefix = a.shared.seq_lens.data_as<const std::int32_t>()[0];
   Levels l;
@@ -184,10 +234,7 @@ Levels plan_levels(const CascadeAttentionArgs& a, const Workspace& ws) {
       validate_level(l.shared.back(), "shared");
       r += chunk;
     } while (r < rows);
-    const Tensor out(ws.o(1), DType::f32, {d.batch, d.q_len, d.heads, d.head_dim}, d.device);
-    const Tensor lse(ws.lse(1), DType::f32, {d.batch, d.heads, d.q_len}, {d.q_len, rows, 1},
-                     d.device);
-    l.suffix = level_args(a, a.q, a.suffix, a.mask, out, lse);
+    l.suffix = suffix_into(a, ws, 1);
   }
   validate_level(l.suffix, "suffix");
   return l;
@@ -196,13 +243,14 @@ Levels plan_levels(const CascadeAttentionArgs& a, const Workspace& ws) {
 // merge_states rows are (tokens, heads) with one stride each. out is [batch, q_len, heads] and
 // lse [batch, heads, q_len]: only within one request do both index as one grid (tokens =
 // heads_q, heads = q_len), so the general case merges request by request.
-void merge_request(const CascadeAttentionArgs& a, const Workspace& ws, std::int64_t b) {
+void merge_request(const CascadeAttentionArgs& a, const Workspace& ws, std::int64_t states,
+                   std::int64_t b) {
   const Dims& d = ws.d;
   MergeArgs m;
   m.states_o = Tensor(ws.o(0) + b * d.q_len * d.heads * d.head_dim, DType::f32,
-                      {2, d.heads, d.q_len, d.head_dim},
+                      {states, d.heads, d.q_len, d.head_dim},
                       {ws.o_elems(), d.head_dim, d.heads * d.head_dim, 1}, d.device);
-  m.states_lse = Tensor(ws.lse(0) + b * d.q_len, DType::f32, {2, d.heads, d.q_len},
+  m.states_lse = Tensor(ws.lse(0) + b * d.q_len, DType::f32, {states, d.heads, d.q_len},
                         {ws.lse_elems(), ws.rows(), 1}, d.device);
   m.out = Tensor(shifted(a.out, b * a.out.stride(0)), a.out.dtype(), {d.heads, d.q_len, d.head_dim},
                  {a.out.stride(2), a.out.stride(1), a.out.stride(3)}, d.device);
@@ -215,13 +263,13 @@ void merge_request(const CascadeAttentionArgs& a, const Workspace& ws, std::int6
 }
 
 // Decode (q_len == 1): both layouts are [batch, heads], so one call merges the whole batch.
-void merge_decode(const CascadeAttentionArgs& a, const Workspace& ws) {
+void merge_decode(const CascadeAttentionArgs& a, const Workspace& ws, std::int64_t states) {
   const Dims& d = ws.d;
   MergeArgs m;
-  m.states_o = Tensor(ws.o(0), DType::f32, {2, d.batch, d.heads, d.head_dim},
+  m.states_o = Tensor(ws.o(0), DType::f32, {states, d.batch, d.heads, d.head_dim},
                       {ws.o_elems(), d.heads * d.head_dim, d.head_dim, 1}, d.device);
-  m.states_lse =
-      Tensor(ws.lse(0), DType::f32, {2, d.batch, d.heads}, {ws.lse_elems(), 1, d.batch}, d.device);
+  m.states_lse = Tensor(ws.lse(0), DType::f32, {states, d.batch, d.heads},
+                        {ws.lse_elems(), 1, d.batch}, d.device);
   m.out = Tensor(a.out.data(), a.out.dtype(), {d.batch, d.heads, d.head_dim},
                  {a.out.stride(0), a.out.stride(2), a.out.stride(3)}, d.device);
   if (a.lse.defined()) {
@@ -232,35 +280,82 @@ void merge_decode(const CascadeAttentionArgs& a, const Workspace& ws) {
   merge_states(m);
 }
 
+void merge(const CascadeAttentionArgs& a, const Workspace& ws, std::int64_t states) {
+  if (ws.d.q_len == 1) return merge_decode(a, ws, states);
+  for (std::int64_t b = 0; b < ws.d.batch; ++b) merge_request(a, ws, states, b);
+}
+
+#if FLASHKIT_HAVE_CUDA
+// The prefix's keys in equal splits (multiples of the forward's KV block), as many as the
+// workspace holds and the block table's capacity fills with kMinSplitKeys each. The capacity
+// stands for the prefix length, which stays on the device.
+cuda::PagedFwdOptions shared_split(const Workspace& ws, const core::PagedDims& d) {
+  const std::int64_t capacity = d.max_pages * d.page_size;
+  const std::int64_t most = max_shared_splits(ws.rows(), ws.d.heads);
+  const std::int64_t keys = std::max(
+      kMinSplitKeys, div_up(div_up(capacity, most), kSplitKeyMultiple) * kSplitKeyMultiple);
+  cuda::PagedFwdOptions split;
+  split.key_splits = int(std::clamp<std::int64_t>(div_up(capacity, keys), 1, most));
+  split.split_keys = int(keys);
+  split.out_stride = ws.o_elems();
+  split.lse_stride = ws.lse_elems();
+  split.pack_gqa = d.group() > 1;  // the level is non-causal: rows need no positions
+  return split;
+}
+
+// Both levels on the GPU, nothing read back: the shared level's key splits on tensor cores
+// (or one decode-kernel call), the suffix level, one merge. Every level is validated first.
+void run_on_device(const CascadeAttentionArgs& a, const Workspace& ws) {
+  PagedAttentionArgs shared = shared_rows(a, ws, 0, ws.rows());
+  shared.num_splits = 1;  // the decode kernels' own split would need a workspace of its own
+  const core::PagedDims shared_dims = validate_level(shared, "shared");
+  cuda::PagedFwdOptions split = shared_split(ws, shared_dims);
+  const bool tensor_cores = (a.algo == Algo::automatic || a.algo == Algo::fa2) &&
+                            cuda::paged_fwd_unsupported(shared, shared_dims, split).empty();
+  if (!tensor_cores) split.key_splits = 1;
+  PagedAttentionArgs suffix = suffix_into(a, ws, split.key_splits);
+  suffix.num_splits = 1;
+  validate_level(suffix, "suffix");
+  if (ws.rows() == 0) return;
+
+  if (tensor_cores) {
+    cuda::paged_fwd(shared, shared_dims, split);
+  } else {
+    paged_attention(shared);
+  }
+  paged_attention(suffix);
+  merge(a, ws, split.key_splits + 1);
+}
+#else
+[[noreturn]] void run_on_device(const CascadeAttentionArgs& a, const Workspace&) {
+  fail("q.device", "cpu (this build has no CUDA backend)", a.q.device().str());
+}
+#endif
+
 }  // namespace
 
 std::int64_t cascade_workspace_elems(std::int64_t batch, std::int64_t q_len, std::int64_t heads_q,
                                      std::int64_t head_dim_v) {
-  return 2 * batch * q_len * heads_q * (head_dim_v + 1);
+  const std::int64_t rows = batch * q_len;
+  return (1 + max_shared_splits(rows, heads_q)) * rows * heads_q * (head_dim_v + 1);
 }
 
 void cascade_attention(const CascadeAttentionArgs& a) {
   check_mask(a.mask);
   expect_tensor("q", a.q, 4, a.q.device());
-  // Both levels are library calls that run on CUDA too, but the composition (level 1's query
-  // chunks need the prefix length, which device memory hides) has not been run on a GPU yet.
-  if (!a.q.device().is_cpu()) {
-    fail("q.device", "cpu (cascade attention on CUDA tensors is not verified yet)",
-         a.q.device().str());
-  }
   const Dims d{a.q.size(0), a.q.size(1), a.q.size(2), a.q.size(3), a.q.device()};
   check_shared_sequence(a.shared, d.device);
   check_workspace(a.workspace, d);
   check_outputs(a, d);
   check_q_rows(a.q, d);
   const Workspace ws{a.workspace.data_as<float>(), d};
+  if (!d.device.is_cpu()) return run_on_device(a, ws);
   const Levels levels = plan_levels(a, ws);
 
   if (levels.shared.empty()) return paged_attention(levels.suffix);
   for (const PagedAttentionArgs& rows : levels.shared) paged_attention(rows);
   paged_attention(levels.suffix);
-  if (d.q_len == 1) return merge_decode(a, ws);
-  for (std::int64_t b = 0; b < d.batch; ++b) merge_request(a, ws, b);
+  merge(a, ws, 2);
 }
 
 }  // namespace flashkit

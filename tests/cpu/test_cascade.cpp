@@ -1,10 +1,6 @@
 // Cascade attention on the CPU against plain paged attention over each request's prefix + suffix
-// (the fp64 paged oracle, the fast path, and the plain reference of the input dtype). The plain
-// cache comes from make_paged_case with every request's prefix overwritten by request 0's, so
-// the prefix is really shared; the cascade reads request 0's prefix pages as the shared sequence
-// and a second pool in which each suffix starts at slot 0 of its own pages (what a serving cache
-// holds when the prefix ends mid-page). Outputs and the workspace are poisoned, unused pages and
-// slots hold NaN.
+// (the fp64 paged oracle, the fast path, and the plain reference of the input dtype), on the
+// cases of cascade_case.hpp. Outputs and the workspace are poisoned.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,178 +12,16 @@
 #include <vector>
 
 #include "attention_case.hpp"
+#include "cascade_case.hpp"
 #include "expect_error.hpp"
 #include "flashkit/cascade.hpp"
-#include "paged_case.hpp"
 
 namespace flashkit::testing {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // Two f32 passes over <= 80 keys and an f32 merge: a few ulps of O(1) values.
 constexpr double kF32Tol = 4e-6;
 constexpr double kLseTol = 1e-5;
-
-struct CascadeSpec {
-  DType dtype = DType::bf16;  // pages, q and the low-precision output
-  std::int64_t page_size = 16, group = 1, q_len = 1, prefix = 21;
-  bool causal = true;
-  float softcap = 0.0f;
-  std::optional<float> softmax_scale;
-
-  std::string name() const {
-    return std::string(dtype_name(dtype)) + " page=" + std::to_string(page_size) +
-           " gqa=" + std::to_string(group) + " q_len=" + std::to_string(q_len) +
-           " prefix=" + std::to_string(prefix) + (causal ? " causal" : "") +
-           (softcap > 0 ? " softcap" : "");
-  }
-};
-
-PagedSpec plain_spec(const CascadeSpec& s) {
-  PagedSpec p;
-  p.kv_dtype = p.q_dtype = s.dtype;
-  p.page_size = s.page_size;
-  p.heads_kv = 2;
-  p.heads_q = 2 * s.group;
-  p.head_dim = 32;
-  // Suffixes: only the new tokens, a few more, and several pages' worth.
-  p.seq_lens = {s.prefix + s.q_len, s.prefix + s.q_len + 6, s.prefix + 45};
-  p.q_lens.assign(3, s.q_len);
-  p.causal = s.causal;
-  p.softcap = s.softcap;
-  p.softmax_scale = s.softmax_scale;
-  p.seed = std::uint32_t(s.page_size * 131 + s.group * 17 + s.q_len * 5 + s.prefix);
-  return p;
-}
-
-std::int64_t div_up(std::int64_t a, std::int64_t b) {
-  return (a + b - 1) / b;
-}
-
-struct CascadeCase {
-  CascadeSpec spec;
-  PagedCase plain;
-  HostTensor shared_table, shared_len;  // request 0's prefix pages in plain's pool
-  HostTensor suffix_k, suffix_v, suffix_table, suffix_lens;
-
-  std::int64_t batch() const { return plain.spec.batch(); }
-  std::int64_t suffix_len(std::int64_t b) const {
-    return plain.spec.seq_lens[std::size_t(b)] - spec.prefix;
-  }
-  CascadeAttentionArgs args(const Tensor& out, const Tensor& lse, const Tensor& ws) const {
-    CascadeAttentionArgs a;
-    a.q = plain.q;
-    a.shared = plain.kv();
-    a.shared.block_table = shared_table;
-    a.shared.seq_lens = shared_len;
-    a.suffix.k_pages = suffix_k;
-    a.suffix.v_pages = suffix_v;
-    a.suffix.block_table = suffix_table;
-    a.suffix.seq_lens = suffix_lens;
-    a.out = out;
-    a.lse = lse;
-    a.workspace = ws;
-    a.softmax_scale = spec.softmax_scale;
-    a.mask.causal = spec.causal;
-    a.mask.softcap = spec.softcap;
-    return a;
-  }
-};
-
-// Every request's first `prefix` tokens become request 0's.
-void share_prefix(PagedCase& c, std::int64_t prefix) {
-  const std::int64_t ps = c.spec.page_size, hk = c.spec.heads_kv, d = c.spec.head_dim;
-  for (HostTensor* pages : {&c.k_pages, &c.v_pages}) {
-    std::vector<double> v = pages->values();
-    auto at = [&](std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t e) -> double& {
-      const std::int64_t page = c.pages[std::size_t(b)][std::size_t(t / ps)];
-      return v[std::size_t(((page * ps + t % ps) * hk + h) * d + e)];
-    };
-    for (std::int64_t b = 1; b < c.spec.batch(); ++b) {
-      for (std::int64_t t = 0; t < prefix; ++t) {
-        for (std::int64_t h = 0; h < hk; ++h) {
-          for (std::int64_t e = 0; e < d; ++e) at(b, t, h, e) = at(0, t, h, e);
-        }
-      }
-    }
-    pages->set_values(v);
-  }
-}
-
-// The suffixes in a pool of their own, pages handed out in reverse, NaN where no token is.
-void build_suffix_pool(CascadeCase& c) {
-  const PagedCase& p = c.plain;
-  const std::int64_t ps = p.spec.page_size, hk = p.spec.heads_kv, d = p.spec.head_dim;
-  std::int64_t per_request = 0;
-  for (std::int64_t b = 0; b < c.batch(); ++b) {
-    per_request = std::max(per_request, div_up(c.suffix_len(b), ps));
-  }
-  const std::int64_t num_pages = c.batch() * per_request;
-  std::vector<double> k(std::size_t(num_pages * ps * hk * d), kNaN), v = k, table, lens;
-  for (std::int64_t b = 0; b < c.batch(); ++b) {
-    for (std::int64_t i = 0; i < per_request; ++i) {
-      table.push_back(double(num_pages - 1 - (b * per_request + i)));
-    }
-    lens.push_back(double(c.suffix_len(b)));
-    for (std::int64_t t = 0; t < c.suffix_len(b); ++t) {
-      const std::int64_t page = num_pages - 1 - (b * per_request + t / ps);
-      for (std::int64_t h = 0; h < hk; ++h) {
-        for (std::int64_t e = 0; e < d; ++e) {
-          const std::size_t i = std::size_t(((page * ps + t % ps) * hk + h) * d + e);
-          k[i] = p.k_at(b, c.spec.prefix + t, h, e);
-          v[i] = p.v_at(b, c.spec.prefix + t, h, e);
-        }
-      }
-    }
-  }
-  c.suffix_k = HostTensor(p.spec.kv_dtype, {num_pages, ps, hk, d});
-  c.suffix_v = HostTensor(p.spec.kv_dtype, {num_pages, ps, hk, d});
-  c.suffix_k.set_values(k);
-  c.suffix_v.set_values(v);
-  c.suffix_table = HostTensor(DType::i32, {c.batch(), per_request});
-  c.suffix_table.set_values(table);
-  c.suffix_lens = HostTensor(DType::i32, {c.batch()});
-  c.suffix_lens.set_values(lens);
-}
-
-CascadeCase make_cascade_case(const CascadeSpec& spec) {
-  CascadeCase c{spec, make_paged_case(plain_spec(spec)), {}, {}, {}, {}, {}, {}};
-  share_prefix(c.plain, spec.prefix);
-  const std::int64_t ps = spec.page_size;
-  std::vector<double> row(std::size_t(c.plain.max_pages), -1.0);
-  for (std::int64_t i = 0; i < div_up(spec.prefix, ps); ++i) {
-    row[std::size_t(i)] = c.plain.pages[0][std::size_t(i)];
-  }
-  c.shared_table = HostTensor(DType::i32, {1, c.plain.max_pages});
-  c.shared_table.set_values(row);
-  c.shared_len = HostTensor(DType::i32, {1});
-  c.shared_len.set_values({double(spec.prefix)});
-  build_suffix_pool(c);
-  return c;
-}
-
-HostTensor make_workspace(const CascadeCase& c) {
-  const PagedSpec& s = c.plain.spec;
-  HostTensor ws(DType::f32,
-                {cascade_workspace_elems(c.batch(), c.spec.q_len, s.heads_q, s.head_dim)});
-  ws.poison();
-  return ws;
-}
-
-// lse [batch, heads, q_len] -> [heads, batch * q_len], run_paged's order.
-std::vector<double> packed_lse(const std::vector<double>& lse, std::int64_t batch,
-                               std::int64_t heads, std::int64_t q_len) {
-  std::vector<double> packed(lse.size());
-  for (std::int64_t b = 0; b < batch; ++b) {
-    for (std::int64_t h = 0; h < heads; ++h) {
-      for (std::int64_t i = 0; i < q_len; ++i) {
-        packed[std::size_t((h * batch + b) * q_len + i)] =
-            lse[std::size_t((b * heads + h) * q_len + i)];
-      }
-    }
-  }
-  return packed;
-}
 
 PagedResult run_cascade(const CascadeCase& c, DType out_dtype) {
   HostTensor out(out_dtype, c.plain.out_shape());
@@ -315,12 +149,14 @@ TEST_F(CascadeValidation, ValidCallRuns) {
   for (double x : out.values()) ASSERT_FALSE(std::isnan(x));
 }
 
-TEST_F(CascadeValidation, CudaTensorsAreRefusedUntilVerified) {
+// Every tensor on q's device (a CUDA q with host block tables would make the kernels read host
+// memory); refused before anything runs, with or without a GPU.
+TEST_F(CascadeValidation, TensorsOnAnotherDeviceThanQAreRefused) {
   CascadeAttentionArgs a = args();
   const Tensor& q = a.q;
   a.q = Tensor(q.data(), q.dtype(), {q.size(0), q.size(1), q.size(2), q.size(3)},
                {q.stride(0), q.stride(1), q.stride(2), q.stride(3)}, Device::cuda(0));
-  fails(a, "q.device", "not verified");
+  fails(a, "shared.block_table.device");
 }
 
 TEST_F(CascadeValidation, MaskPositionsAcrossLevelsAreRefused) {

@@ -18,9 +18,10 @@ namespace flashkit::cuda::sm80 {
 // Stores go straight from registers: a quad writes 16 contiguous bytes per row and n8 tile
 // (8 bytes with f32 output). The epilogue moves d * 2 bytes per row once, against the
 // mainloop's 4 * d * len_k flops per row, so it is not worth a trip through shared memory.
-template <class T>
+// Rows are placed by the K/V source's reader (kv_source.cuh: row_offset).
+template <class T, class Rows>
 __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdTile& tile,
-                                             FwdAccum<T>& acc) {
+                                             const Rows& rows, FwdAccum<T>& acc) {
   using Elem = typename T::Elem;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool out_f32 = p.out_dtype == DType::f32;
@@ -33,8 +34,7 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdTile& 
       const float inv_l = st.l > 0.0f ? 1.0f / st.l : 0.0f;
       const int row = tile.row_begin + frag_row<T>(warp, lane, mt, 2 * half);
       if (row >= tile.row_end) continue;
-      const std::int64_t base =
-          core::element_offset(p.out_layout, tile.batch, tile.span.q_start, row, tile.head);
+      const std::int64_t base = rows.row_offset(p.out_layout, tile, row);
 #pragma unroll
       for (int dn = 0; dn < T::kD / 8; ++dn) {
         const int col = frag_col(lane, dn, 0);
@@ -48,8 +48,7 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdTile& 
         }
       }
       if (p.lse != nullptr && lane % 4 == 0) {
-        p.lse[core::element_offset(p.lse_layout, tile.batch, tile.span.q_start, row, tile.head)] =
-            st.lse();
+        p.lse[rows.row_offset(p.lse_layout, tile, row)] = st.lse();
       }
     }
 }

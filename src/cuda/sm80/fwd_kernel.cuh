@@ -1,5 +1,6 @@
-// The sm80 forward kernel (FlashAttention-2 class): tile scheduler + mainloop + epilogue, and
-// its launch. Included only by the generated per-head-dim instance files (fwd_instance.cu.in).
+// The sm80 forward kernels (FlashAttention-2 class): tile scheduler + mainloop + epilogue, and
+// their launch; K/V from contiguous tensors or from cache pages (kv_source.cuh). Included only
+// by the generated per-head-dim instance files (fwd_instance.cu.in, fwd_paged_instance.cu.in).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,14 +13,14 @@
 #include "cuda/sm80/fwd_tile_scheduler.cuh"
 #include "cuda/sm80/fwd_tile_shape.hpp"
 #include "cuda/sm80/kv_block_range.hpp"
+#include "cuda/sm80/kv_source.cuh"
 
 namespace flashkit::cuda::sm80 {
 
-template <class T>
-__global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_constant__ FwdParams p) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  const FwdTile tile = fwd_tile<T::kBlockM>(p);
-  if (tile.empty()) return;
+// One CTA's query tile against the K/V rows of `source` (kv_source.cuh).
+template <class T, class Source>
+__device__ __forceinline__ void fwd_cta(const FwdParams& p, const FwdTile& tile,
+                                        const Source& source, unsigned char* smem) {
   FwdAccum<T> acc;
 #pragma unroll
   for (int mt = 0; mt < T::kMmaM; ++mt) {
@@ -32,8 +33,29 @@ __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_consta
   }
   const KvBlockRange range = kv_block_range(p.mask, tile.row_begin, tile.row_end - 1,
                                             tile.span.len_q, tile.span.len_k, T::kBlockN);
-  if (range.first() >= 0) fwd_mainloop<T>(p, tile, range, smem, acc);
-  fwd_epilogue<T>(p, tile, acc);
+  if (range.first() >= 0) fwd_mainloop<T>(p, tile, source, range, smem, acc);
+  fwd_epilogue<T>(p, tile, source, acc);
+}
+
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_constant__ FwdParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const FwdTile tile = fwd_tile<T::kBlockM>(p);
+  if (tile.empty()) return;
+  fwd_cta<T>(p, tile, ContiguousKvSource{}, smem);
+}
+
+// K/V from cache pages: p.k, p.v and k_layout, v_layout are unused; sequence lengths come from
+// kv.seq_lens (p.seqlen_k only bounds them).
+template <class T>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    fwd_paged_kernel(const __grid_constant__ FwdParams p,
+                     const __grid_constant__ PagedKvParams kv) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  FwdTile tile = fwd_tile<T::kBlockM>(p);
+  if (tile.empty()) return;
+  const PagedKv<typename T::Elem> source(kv, tile);
+  fwd_cta<T>(p, tile, source, smem);
 }
 
 template <class Elem, int kHeadDim>
@@ -48,6 +70,20 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
              "sm80 forward: shared memory limit");
   fwd_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
   check_launch("sm80 forward kernel");
+}
+
+// Grid z = cache sequences * key splits (kernel sequences, kv_source.cuh).
+template <class Elem, int kHeadDim>
+void launch_fwd_paged(const FwdParams& p, const PagedKvParams& kv, cudaStream_t stream) {
+  using T = FwdTraits<Elem, kHeadDim>;
+  const dim3 grid(unsigned((p.seqlen_q + T::kBlockM - 1) / T::kBlockM), unsigned(p.heads_q),
+                  unsigned(p.batch));
+  if (grid.x == 0 || grid.z == 0) return;
+  check_cuda(cudaFuncSetAttribute(fwd_paged_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  T::kSmemBytes),
+             "sm80 paged forward: shared memory limit");
+  fwd_paged_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, kv);
+  check_launch("sm80 paged forward kernel");
 }
 
 }  // namespace flashkit::cuda::sm80

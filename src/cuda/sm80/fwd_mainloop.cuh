@@ -74,10 +74,11 @@ __device__ __forceinline__ void gemm_pv(FwdAccum<T>& acc, const ScoreBlock<T>& s
   }
 }
 
-template <class T>
+// Source: where K and V rows come from (kv_source.cuh: contiguous tensors or cache pages).
+template <class T, class Source>
 __device__ __forceinline__ void fwd_mainloop(const FwdParams& p, const FwdTile& tile,
-                                             const KvBlockRange& range, unsigned char* smem,
-                                             FwdAccum<T>& acc) {
+                                             const Source& source, const KvBlockRange& range,
+                                             unsigned char* smem, FwdAccum<T>& acc) {
   using Elem = typename T::Elem;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const std::uint32_t q_tile = ptx::smem_address(smem);
@@ -89,11 +90,7 @@ __device__ __forceinline__ void fwd_mainloop(const FwdParams& p, const FwdTile& 
   const Elem* q =
       static_cast<const Elem*>(p.q) +
       core::element_offset(p.q_layout, tile.batch, tile.span.q_start, tile.row_begin, tile.head);
-  const Elem* k = static_cast<const Elem*>(p.k) +
-                  core::element_offset(p.k_layout, tile.batch, tile.span.k_start, 0, tile.head_kv);
-  const Elem* v = static_cast<const Elem*>(p.v) +
-                  core::element_offset(p.v_layout, tile.batch, tile.span.k_start, 0, tile.head_kv);
-  const std::int64_t k_stride = p.k_layout.token_stride, v_stride = p.v_layout.token_stride;
+  const auto& kv = source.template open<Elem>(p, tile);
   const int len_k = int(tile.span.len_k);
   auto keys_left = [&](int n) { return len_k - n * T::kBlockN; };
 
@@ -105,17 +102,14 @@ __device__ __forceinline__ void fwd_mainloop(const FwdParams& p, const FwdTile& 
   ctx.mods = p.has_score_mods();
 
   int n = range.first();
-  copy_tile_async<typename T::QTile, T::kThreads>(q_tile, q, p.q_layout.token_stride,
-                                                  tile.row_end - tile.row_begin);
-  copy_tile_async<typename T::KvTile, T::kThreads>(k_tile, k + n * T::kBlockN * k_stride, k_stride,
-                                                   keys_left(n));
+  kv.template copy_q<typename T::QTile, T::kThreads>(q_tile, p, tile, q);
+  kv.template copy_k<typename T::KvTile, T::kThreads>(k_tile, n * T::kBlockN, keys_left(n));
   ptx::cp_async_commit();
   while (n >= 0) {
     const int next = range.next(n);
     ptx::cp_async_wait<0>();
     __syncthreads();  // K_n (and Q) visible; every warp is past P V of the previous block
-    copy_tile_async<typename T::KvTile, T::kThreads>(v_tile, v + n * T::kBlockN * v_stride,
-                                                     v_stride, keys_left(n));
+    kv.template copy_v<typename T::KvTile, T::kThreads>(v_tile, n * T::kBlockN, keys_left(n));
     ptx::cp_async_commit();
 
     ScoreBlock<T> s;
@@ -128,8 +122,8 @@ __device__ __forceinline__ void fwd_mainloop(const FwdParams& p, const FwdTile& 
     ptx::cp_async_wait<0>();
     __syncthreads();  // V_n visible; every warp is done reading K_n
     if (next >= 0) {
-      copy_tile_async<typename T::KvTile, T::kThreads>(k_tile, k + next * T::kBlockN * k_stride,
-                                                       k_stride, keys_left(next));
+      kv.template copy_k<typename T::KvTile, T::kThreads>(k_tile, next * T::kBlockN,
+                                                          keys_left(next));
       ptx::cp_async_commit();
     }
     gemm_pv<T>(acc, s, v_tile, v_lane);

@@ -1,0 +1,564 @@
+// Cascade (shared-prefix) decode against plain paged decode on one CUDA device: BENCH.md's decode
+// settings (bf16, GQA 32 query / 8 KV heads, d 128, page size 16, one new token per request),
+// `batch` requests sharing a `prefix`-token prompt, each with a `suffix`-token private tail (its
+// new token last). Both read the same cache: the prefix's pages once in the pool, every request's
+// block table listing them and then its own suffix pages (what a radix prefix cache holds).
+//   flashkit-paged          paged_attention over each request's prefix + suffix (split plan)
+//   flashkit-paged-private  the same with a private copy of the prefix per request (no prefix
+//                           caching: every request's prefix read from its own pages)
+//   flashkit-cascade        cascade_attention: the prefix once on tensor cores, suffixes on the
+//                           decode kernels, merge_states
+//   flashkit-cascade-decode the same with the shared level on the decode kernels (Algo::fa1),
+//                           the design the tensor-core path replaces
+// and, for the first configuration, two diagnostic rows that split the cascade's time: the same
+// call with an empty prefix (suffix level, merge, launches) and the suffix level alone.
+// Each call is captured in a CUDA graph and timed with CUDA events after a warm-up, median of
+// 30; the pool is rotated over copies when one is under 3x the L2. The cascade's output is
+// checked against plain paged decode's (every element) and both against a double-precision host
+// reference (request 0 and the last, KV head 0's query heads) before the time is kept.
+//
+// The second suite, paged_prefill, times paged_attention with q_len new tokens per sequence
+// (causal, bottom-right) on the decode kernels and on the tensor-core paged forward
+// (cuda/paged_fwd.hpp), both called directly, and paged_attention itself (which routes calls
+// of >= 64 query rows per KV head to the tensor cores, a threshold taken from this suite).
+//
+//   flashkit_cascade_bench --out DIR [--commit SHA]   (writes DIR/cascade.json,
+//                                                      DIR/paged_prefill.json)
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/validate.hpp"
+#include "cuda/decode/decode_backend.hpp"
+#include "cuda/paged_fwd.hpp"
+#include "flashkit/flashkit.hpp"
+
+namespace {
+
+using flashkit::Device;
+using flashkit::DType;
+using flashkit::Tensor;
+
+constexpr int kHeadsQ = 32, kHeadsKv = 8, kDim = 128, kPage = 16;
+constexpr int kGroup = kHeadsQ / kHeadsKv;
+constexpr std::uint32_t kSeedK = 1, kSeedV = 2, kSeedQ = 3;
+constexpr std::int64_t kTokenElems = std::int64_t(kHeadsKv) * kDim;  // per K (or V) token
+
+void check(cudaError_t s, const char* what) {
+  if (s != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(s));
+}
+
+struct Buffer {
+  void* p = nullptr;
+  explicit Buffer(std::size_t bytes) {
+    check(cudaMalloc(&p, bytes < 16 ? 16 : bytes), "cudaMalloc");
+  }
+  ~Buffer() { cudaFree(p); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+// Uniform values in [-1, 1) from a hash of the element index: fresh inputs the host recomputes.
+__host__ __device__ float hashed_unit(std::int64_t i, std::uint32_t seed) {
+  std::uint32_t x = std::uint32_t(i) * 2654435761u ^ std::uint32_t(i >> 32) * 0x9e3779b9u ^ seed;
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return float(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+__global__ void fill_bf16(__nv_bfloat16* p, std::int64_t n, std::uint32_t seed) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    p[i] = __float2bfloat16_rn(hashed_unit(i, seed));
+  }
+}
+
+double bf16_value(std::int64_t i, std::uint32_t seed) {
+  return __bfloat162float(__float2bfloat16_rn(hashed_unit(i, seed)));
+}
+
+double bf16_bits(std::uint16_t b) {
+  const std::uint32_t bits = std::uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Median milliseconds of `reps` runs after `warmup` runs, one event pair per run.
+double median_ms(const std::function<void(int)>& run, int warmup, int reps, cudaStream_t stream) {
+  for (int i = 0; i < warmup; ++i) run(i);
+  check(cudaStreamSynchronize(stream), "warm-up");
+  std::vector<cudaEvent_t> ev(2 * std::size_t(reps));
+  for (auto& e : ev) check(cudaEventCreate(&e), "cudaEventCreate");
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(ev[2 * std::size_t(i)], stream);
+    run(i);
+    cudaEventRecord(ev[2 * std::size_t(i) + 1], stream);
+  }
+  check(cudaStreamSynchronize(stream), "timed runs");
+  std::vector<double> ms(static_cast<std::size_t>(reps));
+  for (int i = 0; i < reps; ++i) {
+    float t = 0;
+    cudaEventElapsedTime(&t, ev[2 * std::size_t(i)], ev[2 * std::size_t(i) + 1]);
+    ms[std::size_t(i)] = t;
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// One graph per input set of `call`; the median time of replaying them in turn.
+double graph_ms(const std::vector<std::function<void()>>& calls, cudaStream_t stream) {
+  std::vector<cudaGraphExec_t> graphs;
+  for (const auto& call : calls) {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
+    call();
+    check(cudaStreamEndCapture(stream, &g), "end capture");
+    check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
+    cudaGraphDestroy(g);
+    graphs.push_back(exec);
+  }
+  const double ms = median_ms(
+      [&](int i) {
+        check(cudaGraphLaunch(graphs[std::size_t(i) % graphs.size()], stream), "graph launch");
+      },
+      5, 30, stream);
+  for (cudaGraphExec_t e : graphs) cudaGraphExecDestroy(e);
+  return ms;
+}
+
+std::string now_utc() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+// ---------------------------------------------------------------------------------------------
+// cascade suite
+
+struct Config {
+  int batch, prefix, suffix;
+  int prefix_pages() const { return prefix / kPage; }
+  int suffix_pages() const { return (suffix + kPage - 1) / kPage; }
+  // Pages of one input set: the shared prefix, every suffix, every request's private prefix.
+  std::int64_t set_pages() const {
+    return prefix_pages() + std::int64_t(batch) * (suffix_pages() + prefix_pages());
+  }
+  double kv_bytes_per_token() const { return 2.0 * kTokenElems * 2; }
+};
+
+struct CascadeRow {
+  std::string impl;
+  Config c;
+  double ms, kv_bytes;
+  double err_vs_paged, err_vs_reference;
+};
+
+// Host reference of request b, query heads 0..group-1 (KV head 0): softmax over its keys.
+double reference_error(const Config& c, int b, const std::vector<std::int32_t>& table,
+                       std::int64_t table_cols, const std::vector<std::uint16_t>& out) {
+  const int n = c.prefix + c.suffix;
+  const double scale = 1.0 / std::sqrt(double(kDim));
+  std::vector<double> s(std::size_t(n), 0.0);
+  double worst = 0;
+  for (int h = 0; h < kGroup; ++h) {
+    const std::int64_t q0 = (std::int64_t(b) * kHeadsQ + h) * kDim;
+    double m = -1e300;
+    for (int t = 0; t < n; ++t) {
+      const std::int64_t page = table[std::size_t(b * table_cols + t / kPage)];
+      const std::int64_t row = (page * kPage + t % kPage) * kTokenElems;  // KV head 0
+      double dot = 0;
+      for (int e = 0; e < kDim; ++e)
+        dot += bf16_value(q0 + e, kSeedQ) * bf16_value(row + e, kSeedK);
+      s[std::size_t(t)] = dot * scale;
+      m = std::max(m, s[std::size_t(t)]);
+    }
+    double l = 0;
+    for (double& x : s) l += (x = std::exp(x - m));
+    for (int e = 0; e < kDim; ++e) {
+      double o = 0;
+      for (int t = 0; t < n; ++t) {
+        const std::int64_t page = table[std::size_t(b * table_cols + t / kPage)];
+        o += s[std::size_t(t)] * bf16_value((page * kPage + t % kPage) * kTokenElems + e, kSeedV);
+      }
+      worst = std::max(worst, std::abs(o / l - bf16_bits(out[std::size_t(q0 + e)])));
+    }
+  }
+  return worst;
+}
+
+std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_bytes, bool diagnose,
+                                           cudaStream_t stream) {
+  const Device dev = Device::cuda(0);
+  const std::int64_t unique_bytes =
+      std::int64_t(c.prefix + std::int64_t(c.batch) * c.suffix) * kTokenElems * 2 * 2;
+  const int sets = int(std::clamp(std::ceil(3 * l2_bytes / double(unique_bytes)), 1.0, 4.0));
+  const std::int64_t num_pages = sets * c.set_pages();
+  const std::int64_t pool_elems = num_pages * kPage * kTokenElems;
+  const std::int64_t page_bytes = std::int64_t(kPage) * kTokenElems * 2;
+  Buffer k(std::size_t(pool_elems) * 2), v(std::size_t(pool_elems) * 2);
+  fill_bf16<<<2048, 256, 0, stream>>>(k.as<__nv_bfloat16>(), pool_elems, kSeedK);
+  fill_bf16<<<2048, 256, 0, stream>>>(v.as<__nv_bfloat16>(), pool_elems, kSeedV);
+  const std::int64_t q_elems = std::int64_t(c.batch) * kHeadsQ * kDim;
+  Buffer q(std::size_t(q_elems) * 2);
+  fill_bf16<<<256, 256, 0, stream>>>(q.as<__nv_bfloat16>(), q_elems, kSeedQ);
+  check(cudaGetLastError(), "fill");
+
+  // Set s: pages [s * set_pages, ...): prefix, then each request's suffix pages, then each
+  // request's private copy of the prefix (bytes copied from the shared pages).
+  const int pp = c.prefix_pages(), sp = c.suffix_pages();
+  const std::int64_t cols = pp + sp;
+  std::vector<std::int32_t> paged((std::size_t(sets) * c.batch * cols)), priv(paged.size()),
+      shared(std::size_t(sets) * std::max(pp, 1)), suffix(std::size_t(sets) * c.batch * sp);
+  for (int s = 0; s < sets; ++s) {
+    const std::int64_t base = s * c.set_pages();
+    const std::int64_t suffix0 = base + pp, private0 = suffix0 + std::int64_t(c.batch) * sp;
+    for (int i = 0; i < std::max(pp, 1); ++i)
+      shared[std::size_t(s * std::max(pp, 1) + i)] = int(base + i);
+    for (int b = 0; b < c.batch; ++b) {
+      const std::size_t row = (std::size_t(s) * c.batch + b) * cols;
+      for (int i = 0; i < pp; ++i) {
+        paged[row + i] = int(base + i);
+        priv[row + i] = int(private0 + std::int64_t(b) * pp + i);
+      }
+      for (int i = 0; i < sp; ++i) {
+        const int page = int(suffix0 + std::int64_t(b) * sp + i);
+        paged[row + pp + i] = priv[row + pp + i] = page;
+        suffix[(std::size_t(s) * c.batch + b) * sp + i] = page;
+      }
+      for (Buffer* pool : {&k, &v}) {
+        check(cudaMemcpyAsync(pool->as<char>() + (private0 + std::int64_t(b) * pp) * page_bytes,
+                              pool->as<char>() + base * page_bytes, std::size_t(pp * page_bytes),
+                              cudaMemcpyDeviceToDevice, stream),
+              "private prefix copy");
+      }
+    }
+  }
+  auto upload = [&](const std::vector<std::int32_t>& h) {
+    auto buf = std::make_unique<Buffer>(h.size() * 4);
+    check(cudaMemcpy(buf->p, h.data(), h.size() * 4, cudaMemcpyHostToDevice), "upload");
+    return buf;
+  };
+  const auto d_paged = upload(paged), d_priv = upload(priv), d_shared = upload(shared),
+             d_suffix = upload(suffix);
+  const auto d_lens = upload(std::vector<std::int32_t>(std::size_t(c.batch), c.prefix + c.suffix));
+  const auto d_suffix_lens = upload(std::vector<std::int32_t>(std::size_t(c.batch), c.suffix));
+  const auto d_prefix_len = upload(std::vector<std::int32_t>{c.prefix, 0});
+
+  const flashkit::PagedSplitPlan plan =
+      flashkit::plan_paged_split(c.batch, 1, kHeadsQ, kHeadsKv, kDim, c.prefix + c.suffix, sms);
+  Buffer paged_ws(std::size_t(std::max<std::int64_t>(plan.workspace_elems, 1)) * 4);
+  const std::int64_t cascade_elems = flashkit::cascade_workspace_elems(c.batch, 1, kHeadsQ, kDim);
+  Buffer cascade_ws(std::size_t(cascade_elems) * 4);
+  Buffer out_paged(std::size_t(q_elems) * 2), out_cascade(std::size_t(q_elems) * 2);
+
+  const Tensor q_t(q.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
+  const Tensor k_t(k.p, DType::bf16, {num_pages, kPage, kHeadsKv, kDim}, dev);
+  const Tensor v_t(v.p, DType::bf16, {num_pages, kPage, kHeadsKv, kDim}, dev);
+  auto paged_call = [&](int s, const Buffer& tables, void* out) {
+    flashkit::PagedAttentionArgs a;
+    a.q = q_t;
+    a.out = Tensor(out, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
+    a.kv.k_pages = k_t;
+    a.kv.v_pages = v_t;
+    a.kv.block_table = Tensor(tables.as<std::int32_t>() + std::int64_t(s) * c.batch * cols,
+                              DType::i32, {c.batch, cols}, dev);
+    a.kv.seq_lens = Tensor(d_lens->p, DType::i32, {c.batch}, dev);
+    a.mask.causal = true;
+    a.num_splits = 0;
+    a.workspace =
+        Tensor(paged_ws.p, DType::f32, {std::max<std::int64_t>(plan.workspace_elems, 1)}, dev);
+    a.stream = stream;
+    return [a] { flashkit::paged_attention(a); };
+  };
+  auto cascade_call = [&](int s, flashkit::Algo algo, bool empty_prefix = false) {
+    flashkit::CascadeAttentionArgs a;
+    a.q = q_t;
+    a.out = Tensor(out_cascade.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
+    a.shared.k_pages = a.suffix.k_pages = k_t;
+    a.shared.v_pages = a.suffix.v_pages = v_t;
+    const int spp = std::max(pp, 1);
+    a.shared.block_table =
+        Tensor(d_shared->as<std::int32_t>() + s * spp, DType::i32, {1, spp}, dev);
+    a.shared.seq_lens =
+        Tensor(d_prefix_len->as<std::int32_t>() + (empty_prefix ? 1 : 0), DType::i32, {1}, dev);
+    a.suffix.block_table = Tensor(d_suffix->as<std::int32_t>() + std::int64_t(s) * c.batch * sp,
+                                  DType::i32, {c.batch, sp}, dev);
+    a.suffix.seq_lens = Tensor(d_suffix_lens->p, DType::i32, {c.batch}, dev);
+    a.workspace = Tensor(cascade_ws.p, DType::f32, {cascade_elems}, dev);
+    a.mask.causal = true;
+    a.algo = algo;
+    a.stream = stream;
+    return [a] { flashkit::cascade_attention(a); };
+  };
+
+  // Correctness on set 0 before any timing.
+  check(cudaMemsetAsync(out_paged.p, 0xFF, std::size_t(q_elems) * 2, stream), "poison");
+  check(cudaMemsetAsync(out_cascade.p, 0xFF, std::size_t(q_elems) * 2, stream), "poison");
+  paged_call(0, *d_paged, out_paged.p)();
+  cascade_call(0, flashkit::Algo::automatic)();
+  check(cudaStreamSynchronize(stream), "first calls");
+  std::vector<std::uint16_t> h_paged(static_cast<std::size_t>(q_elems)), h_cascade(h_paged.size());
+  check(cudaMemcpy(h_paged.data(), out_paged.p, h_paged.size() * 2, cudaMemcpyDeviceToHost), "out");
+  check(cudaMemcpy(h_cascade.data(), out_cascade.p, h_cascade.size() * 2, cudaMemcpyDeviceToHost),
+        "out");
+  double diff = 0;
+  for (std::size_t i = 0; i < h_paged.size(); ++i) {
+    const double d = std::abs(bf16_bits(h_paged[i]) - bf16_bits(h_cascade[i]));
+    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+  }
+  double ref_paged = 0, ref_cascade = 0;
+  for (int b : {0, c.batch - 1}) {
+    ref_paged = std::max(ref_paged, reference_error(c, b, paged, cols, h_paged));
+    ref_cascade = std::max(ref_cascade, reference_error(c, b, paged, cols, h_cascade));
+  }
+
+  auto per_set = [&](const std::function<std::function<void()>(int)>& make) {
+    std::vector<std::function<void()>> calls;
+    for (int s = 0; s < sets; ++s) calls.push_back(make(s));
+    return graph_ms(calls, stream);
+  };
+  const double tokens = double(c.prefix) + c.suffix;
+  const double bpt = c.kv_bytes_per_token();
+  std::vector<CascadeRow> rows;
+  rows.push_back({"flashkit-paged", c,
+                  per_set([&](int s) { return paged_call(s, *d_paged, out_paged.p); }),
+                  c.batch * tokens * bpt, 0, ref_paged});
+  rows.push_back({"flashkit-paged-private", c,
+                  per_set([&](int s) { return paged_call(s, *d_priv, out_paged.p); }),
+                  c.batch * tokens * bpt, -1, -1});
+  rows.push_back({"flashkit-cascade", c,
+                  per_set([&](int s) { return cascade_call(s, flashkit::Algo::automatic); }),
+                  (c.prefix + double(c.batch) * c.suffix) * bpt, diff, ref_cascade});
+  rows.push_back({"flashkit-cascade-decode", c,
+                  per_set([&](int s) { return cascade_call(s, flashkit::Algo::fa1); }),
+                  (c.prefix + double(c.batch) * c.suffix) * bpt, -1, -1});
+  if (diagnose) {
+    rows.push_back({"diag-cascade-empty-prefix", c, per_set([&](int s) {
+                      return cascade_call(s, flashkit::Algo::automatic, /*empty_prefix=*/true);
+                    }),
+                    c.batch * double(c.suffix) * bpt, -1, -1});
+    rows.push_back({"diag-suffix-level-only", c, per_set([&](int s) {
+                      flashkit::PagedAttentionArgs a;
+                      a.q = q_t;
+                      a.out = Tensor(out_paged.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
+                      a.kv.k_pages = k_t;
+                      a.kv.v_pages = v_t;
+                      a.kv.block_table =
+                          Tensor(d_suffix->as<std::int32_t>() + std::int64_t(s) * c.batch * sp,
+                                 DType::i32, {c.batch, sp}, dev);
+                      a.kv.seq_lens = Tensor(d_suffix_lens->p, DType::i32, {c.batch}, dev);
+                      a.mask.causal = true;
+                      a.num_splits = 1;  // as the cascade's suffix level
+                      a.stream = stream;
+                      return std::function<void()>([a] { flashkit::paged_attention(a); });
+                    }),
+                    c.batch * double(c.suffix) * bpt, -1, -1});
+  }
+  return rows;
+}
+
+// ---------------------------------------------------------------------------------------------
+// paged_prefill suite: q_len new tokens per sequence against kv_len cached ones (causal).
+
+struct PrefillRow {
+  std::string impl;
+  int batch, kv_len, q_len;
+  double ms, tflops, max_diff;
+};
+
+std::vector<PrefillRow> run_prefill_config(int batch, int kv_len, int q_len, cudaStream_t stream) {
+  const Device dev = Device::cuda(0);
+  const int pages = kv_len / kPage;
+  const std::int64_t num_pages = std::int64_t(batch) * pages;
+  const std::int64_t pool_elems = num_pages * kPage * kTokenElems;
+  Buffer k(std::size_t(pool_elems) * 2), v(std::size_t(pool_elems) * 2);
+  fill_bf16<<<2048, 256, 0, stream>>>(k.as<__nv_bfloat16>(), pool_elems, kSeedK);
+  fill_bf16<<<2048, 256, 0, stream>>>(v.as<__nv_bfloat16>(), pool_elems, kSeedV);
+  const std::int64_t q_elems = std::int64_t(batch) * q_len * kHeadsQ * kDim;
+  Buffer q(std::size_t(q_elems) * 2), out_a(std::size_t(q_elems) * 2),
+      out_b(std::size_t(q_elems) * 2);
+  fill_bf16<<<256, 256, 0, stream>>>(q.as<__nv_bfloat16>(), q_elems, kSeedQ);
+  std::vector<std::int32_t> table(static_cast<std::size_t>(num_pages));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(7));
+  Buffer d_table(table.size() * 4), d_lens(std::size_t(batch) * 4);
+  check(cudaMemcpy(d_table.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "table");
+  const std::vector<std::int32_t> lens(std::size_t(batch), kv_len);
+  check(cudaMemcpy(d_lens.p, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice), "lens");
+
+  auto args = [&](void* out) {
+    flashkit::PagedAttentionArgs a;
+    a.q = Tensor(q.p, DType::bf16, {batch, q_len, kHeadsQ, kDim}, dev);
+    a.out = Tensor(out, DType::bf16, {batch, q_len, kHeadsQ, kDim}, dev);
+    a.kv.k_pages = Tensor(k.p, DType::bf16, {num_pages, kPage, kHeadsKv, kDim}, dev);
+    a.kv.v_pages = Tensor(v.p, DType::bf16, {num_pages, kPage, kHeadsKv, kDim}, dev);
+    a.kv.block_table = Tensor(d_table.p, DType::i32, {batch, pages}, dev);
+    a.kv.seq_lens = Tensor(d_lens.p, DType::i32, {batch}, dev);
+    a.mask.causal = true;
+    a.num_splits = 1;
+    a.stream = stream;
+    return a;
+  };
+  const flashkit::PagedAttentionArgs decode_args = args(out_a.p), tc_args = args(out_b.p);
+  const flashkit::core::PagedDims dims = flashkit::core::validate_paged(tc_args, 1);
+  auto decode = [&] { flashkit::cuda::paged_attention(decode_args, dims); };
+  auto tensor_cores = [&] { flashkit::cuda::paged_fwd(tc_args, dims); };
+  auto routed = [&] { flashkit::paged_attention(tc_args); };
+  decode();
+  tensor_cores();
+  check(cudaStreamSynchronize(stream), "prefill calls");
+  std::vector<std::uint16_t> a(static_cast<std::size_t>(q_elems)), b(a.size());
+  check(cudaMemcpy(a.data(), out_a.p, a.size() * 2, cudaMemcpyDeviceToHost), "out");
+  check(cudaMemcpy(b.data(), out_b.p, b.size() * 2, cudaMemcpyDeviceToHost), "out");
+  double diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = std::abs(bf16_bits(a[i]) - bf16_bits(b[i]));
+    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+  }
+  // Causal bottom-right: query i sees kv_len - q_len + i + 1 keys.
+  const double flops =
+      4.0 * batch * kHeadsQ * kDim * (double(q_len) * kv_len - 0.5 * q_len * (q_len - 1.0));
+  std::vector<PrefillRow> rows;
+  for (auto [impl, call] :
+       {std::pair<const char*, std::function<void()>>{"flashkit-paged-decode", decode},
+        {"flashkit-paged-tensor-core", tensor_cores},
+        {"flashkit-paged", routed}}) {
+    const double ms = graph_ms({call}, stream);
+    rows.push_back({impl, batch, kv_len, q_len, ms, flops / (ms * 1e-3) / 1e12, diff});
+  }
+  return rows;
+}
+
+std::string versions_json() {
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  std::ostringstream f;
+  f << "{\"cuda_runtime\": " << runtime << ", \"cuda_driver\": " << driver << ", \"flashkit\": \""
+    << flashkit::version() << "\"}";
+  return f.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir = ".", commit = "unknown";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--out" && i + 1 < argc) {
+      dir = argv[++i];
+    } else if (a == "--commit" && i + 1 < argc) {
+      commit = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: %s --out DIR [--commit SHA]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    cudaStream_t stream = nullptr;
+    check(cudaStreamCreate(&stream), "cudaStreamCreate");
+    const std::string head = std::string("\"commit\": \"") + commit + "\", \"date\": \"" +
+                             now_utc() + "\", \"device\": \"" + prop.name +
+                             "\",\n \"versions\": " + versions_json();
+
+    std::vector<CascadeRow> rows;
+    const std::vector<Config> configs = {{64, 4096, 256}, {16, 4096, 256},  {128, 4096, 256},
+                                         {64, 1024, 256}, {64, 16384, 256}, {64, 4096, 64},
+                                         {64, 4096, 512}, {16, 16384, 512}, {128, 1024, 64}};
+    for (const Config& c : configs) {
+      for (CascadeRow& r : run_cascade_config(c, prop.multiProcessorCount, double(prop.l2CacheSize),
+                                              &c == &configs[0], stream)) {
+        rows.push_back(r);
+      }
+    }
+    std::ofstream f(dir + "/cascade.json");
+    f << "{\"suite\": \"cascade\", " << head << ",\n \"rows\": [";
+    std::printf("%-24s %5s %6s %6s %9s %8s %8s %9s %9s\n", "impl", "batch", "prefix", "suffix",
+                "ms", "GB/s", "speedup", "vs_paged", "vs_ref");
+    bool ok = true;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const CascadeRow& r = rows[i];
+      double paged_ms = r.ms;
+      for (const CascadeRow& p : rows) {
+        if (p.impl == "flashkit-paged" && p.c.batch == r.c.batch && p.c.prefix == r.c.prefix &&
+            p.c.suffix == r.c.suffix) {
+          paged_ms = p.ms;
+        }
+      }
+      const double gbs = r.kv_bytes / (r.ms * 1e-3) / 1e9;
+      f << (i ? ",\n  " : "\n  ") << "{\"impl\": \"" << r.impl
+        << "\", \"config\": {\"batch\": " << r.c.batch << ", \"prefix\": " << r.c.prefix
+        << ", \"suffix\": " << r.c.suffix << ", \"page_size\": " << kPage
+        << ", \"dtype\": \"bf16\", \"heads_q\": " << kHeadsQ << ", \"heads_kv\": " << kHeadsKv
+        << ", \"d\": " << kDim << ", \"q_len\": 1}, \"graph\": true, \"ms\": " << r.ms
+        << ", \"gbs\": " << gbs << ", \"kv_bytes\": " << r.kv_bytes
+        << ", \"speedup_vs_paged\": " << paged_ms / r.ms;
+      if (r.err_vs_paged >= 0) f << ", \"max_abs_diff_vs_paged\": " << r.err_vs_paged;
+      if (r.err_vs_reference >= 0) f << ", \"max_abs_err_sampled\": " << r.err_vs_reference;
+      f << "}";
+      std::printf("%-24s %5d %6d %6d %9.4f %8.0f %7.2fx %9.2e %9.2e\n", r.impl.c_str(), r.c.batch,
+                  r.c.prefix, r.c.suffix, r.ms, gbs, paged_ms / r.ms, r.err_vs_paged,
+                  r.err_vs_reference);
+      ok = ok && r.err_vs_paged < 2e-2 && r.err_vs_reference < 2e-2;  // a few bf16 ulps
+    }
+    f << "\n]}\n";
+    f.close();
+
+    std::vector<PrefillRow> prefill;
+    for (int q_len : {1, 4, 16, 64, 256, 1024}) {
+      for (PrefillRow& r : run_prefill_config(4, 4096, q_len, stream)) prefill.push_back(r);
+    }
+    std::ofstream g(dir + "/paged_prefill.json");
+    g << "{\"suite\": \"paged_prefill\", " << head << ",\n \"rows\": [";
+    std::printf("\n%-28s %5s %6s %6s %9s %8s %9s\n", "impl", "batch", "kv_len", "q_len", "ms",
+                "TFLOP/s", "diff");
+    for (std::size_t i = 0; i < prefill.size(); ++i) {
+      const PrefillRow& r = prefill[i];
+      g << (i ? ",\n  " : "\n  ") << "{\"impl\": \"" << r.impl
+        << "\", \"config\": {\"batch\": " << r.batch << ", \"kv_len\": " << r.kv_len
+        << ", \"q_len\": " << r.q_len << ", \"page_size\": " << kPage
+        << ", \"dtype\": \"bf16\", \"heads_q\": " << kHeadsQ << ", \"heads_kv\": " << kHeadsKv
+        << ", \"d\": " << kDim << ", \"causal\": true}, \"graph\": true, \"ms\": " << r.ms
+        << ", \"tflops\": " << r.tflops
+        << ", \"max_abs_diff_decode_vs_tensor_core\": " << r.max_diff << "}";
+      std::printf("%-28s %5d %6d %6d %9.4f %8.1f %9.2e\n", r.impl.c_str(), r.batch, r.kv_len,
+                  r.q_len, r.ms, r.tflops, r.max_diff);
+      ok = ok && r.max_diff < 3e-2;
+    }
+    g << "\n]}\n";
+    cudaStreamDestroy(stream);
+    if (!ok) std::printf("WARNING: outputs differ beyond a few bf16 ulps\n");
+    return ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench failed: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,144 @@
+#include "cuda/paged_fwd.hpp"
+
+#include <cuda_runtime.h>
+
+#include <climits>
+
+#include "core/softmax_state.hpp"
+#include "core/validate.hpp"
+#include "cuda/common/device.hpp"
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/sm80/fwd_sm80.hpp"
+#include "cuda/sm80/paged_kv_params.hpp"
+#include "flashkit/error.hpp"
+
+namespace flashkit::cuda {
+
+namespace {
+
+bool rows_16_byte_aligned(const Tensor& t) {
+  if (reinterpret_cast<std::uintptr_t>(t.data()) % 16 != 0) return false;
+  const std::int64_t elems = 16 / std::int64_t(dtype_size(t.dtype()));
+  for (int i = 0; i + 1 < t.rank(); ++i) {
+    if (t.stride(i) % elems != 0) return false;
+  }
+  return true;
+}
+
+int log2_exact(std::int64_t pow2) {
+  int s = 0;
+  while ((std::int64_t(1) << s) < pow2) ++s;
+  return s;
+}
+
+FwdParams fwd_params(const PagedAttentionArgs& a, const core::PagedDims& d,
+                     const PagedFwdOptions& o) {
+  FwdParams p{};
+  p.q = a.q.data();
+  p.out = a.out.data();
+  p.lse = a.lse.defined() ? a.lse.data_as<float>() : nullptr;
+  p.q_layout = core::token_layout(a.q, false);
+  p.out_layout = core::token_layout(a.out, false);
+  if (p.lse != nullptr) p.lse_layout = core::lse_layout(a.lse, false);
+  if (o.key_splits > 1) {  // one cache sequence: every split reads the same queries
+    p.q_layout.batch_stride = 0;
+    p.out_layout.batch_stride = o.out_stride;
+    p.lse_layout.batch_stride = o.lse_stride;
+  }
+  // Packed: one kernel head per KV head, q_len * group rows (kv_source.cuh).
+  const std::int64_t pack = o.pack_gqa ? d.group() : 1;
+  p.batch = int(d.batch) * o.key_splits;
+  p.heads_q = int(d.heads_q / pack);
+  p.heads_kv = int(d.heads_kv);
+  p.seqlen_q = int(d.q_len * pack);
+  p.seqlen_k = o.key_splits > 1 ? o.split_keys : int(d.max_pages * d.page_size);
+  p.head_dim = int(d.head_dim);
+  p.head_dim_v = int(d.head_dim_v);
+  p.scale = float(d.scale);
+  p.scale_log2 = float(d.scale * core::kLog2e);
+  p.mask = d.mask;
+  p.in_dtype = a.q.dtype();
+  p.out_dtype = a.out.dtype();
+  return p;
+}
+
+sm80::PagedKvParams kv_params(const PagedAttentionArgs& a, const core::PagedDims& d,
+                              const PagedFwdOptions& o) {
+  const PagedKV& kv = a.kv;
+  sm80::PagedKvParams p{};
+  p.k_pages = kv.k_pages.data();
+  p.v_pages = kv.v_pages.data();
+  p.k_page_stride = kv.k_pages.stride(0);
+  p.k_slot_stride = kv.k_pages.stride(1);
+  p.k_head_stride = kv.k_pages.stride(2);
+  p.v_page_stride = kv.v_pages.stride(0);
+  p.v_slot_stride = kv.v_pages.stride(1);
+  p.v_head_stride = kv.v_pages.stride(2);
+  p.block_table = kv.block_table.data_as<const std::int32_t>();
+  p.table_batch = kv.block_table.stride(0);
+  p.table_page = kv.block_table.stride(1);
+  p.seq_lens = kv.seq_lens.data_as<const std::int32_t>();
+  p.seq_lens_stride = kv.seq_lens.stride(0);
+  p.page_shift = log2_exact(d.page_size);
+  p.key_splits = o.key_splits;
+  p.split_keys = o.split_keys;
+  p.q_pack = o.pack_gqa ? int(d.group()) : 1;
+  return p;
+}
+
+}  // namespace
+
+std::string paged_fwd_unsupported(const PagedAttentionArgs& a, const core::PagedDims& d,
+                                  const PagedFwdOptions& o) {
+  int device = -1, major = 0;
+  if (a.q.device().is_cpu() || cudaGetDevice(&device) != cudaSuccess ||
+      device != a.q.device().index ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "q is not on the current CUDA device";
+  }
+  if (major < 8) return "compute capability below 8.0";
+  const DType dt = a.q.dtype();
+  if ((dt != DType::f16 && dt != DType::bf16) || a.kv.k_pages.dtype() != dt) {
+    return "q and pages not both f16 or both bf16";
+  }
+  if (!sm80::fwd_paged_has_head_dim(int(d.head_dim)) || d.head_dim_v != d.head_dim) {
+    return "head dim not in " + sm80::fwd_paged_head_dims_text() + " (or d_v != d)";
+  }
+  if (a.out.dtype() != dt && a.out.dtype() != DType::f32) return "out neither q's dtype nor f32";
+  for (const Tensor* t : {&a.q, &a.out, &a.kv.k_pages, &a.kv.v_pages}) {
+    if (!rows_16_byte_aligned(*t)) return "rows not 16-byte aligned";
+  }
+  if (d.varlen_q) return "packed queries";
+  if (a.mask.alibi_slopes.defined()) return "ALiBi";
+  if (d.max_pages * d.page_size > INT_MAX || d.q_len * d.group() > INT_MAX) {
+    return "2^31 keys or query rows";
+  }
+  for (const Tensor* t : {&a.kv.k_pages, &a.kv.v_pages, &a.kv.block_table}) {
+    for (int i = 0; i < t->rank(); ++i) {
+      if (t->stride(i) > INT_MAX) return "page or block-table strides of 2^31 elements";
+    }
+  }
+  if (d.heads_q > 65535) return "more than 65535 query heads";
+  const bool positional =
+      d.mask.causal || d.mask.window_left >= 0 || d.mask.window_right >= 0 || d.mask.prefix_len > 0;
+  if (o.key_splits > 1) {
+    if (d.batch != 1) return "key splits of more than one cache sequence";
+    if (positional) return "key splits with a positional mask";
+    if (o.split_keys <= 0 || o.split_keys % 64 != 0) {
+      return "split_keys not a positive multiple of 64";
+    }
+  }
+  if (o.pack_gqa && positional) return "GQA packing with a positional mask";
+  if (d.batch * o.key_splits > 65535) return "more than 65535 sequences * key splits";
+  return "";
+}
+
+void paged_fwd(const PagedAttentionArgs& a, const core::PagedDims& d, const PagedFwdOptions& o) {
+  const std::string why = paged_fwd_unsupported(a, d, o);
+  if (!why.empty()) core::fail("q", "a call the tensor-core paged path runs", why);
+  if (d.batch == 0 || d.q_len == 0) return;
+  sm80::fwd_paged(fwd_params(a, d, o), kv_params(a, d, o), static_cast<cudaStream_t>(a.stream));
+}
+
+}  // namespace flashkit::cuda

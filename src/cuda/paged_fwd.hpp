@@ -1,0 +1,41 @@
+// Paged attention on tensor cores: the sm80 forward reading K/V from cache pages through the
+// block table (sm80/kv_source.cuh). It serves the calls with many query rows per KV head, where
+// the decode kernels (CUDA cores) are compute-bound: cascade's shared level (every request's
+// queries against one prefix) and chunked prefill. Plain C++ (no CUDA headers), so core code can
+// include it. No allocation and no host synchronisation: capturable in a CUDA graph.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/paged_problem.hpp"
+#include "flashkit/paged.hpp"
+
+namespace flashkit::cuda {
+
+// How the call runs (sm80/kv_source.cuh):
+//  - key splits of one cache sequence: kernel sequence s reads keys [s * split_keys, (s + 1) *
+//    split_keys) and writes its partial out / lse (f32) s * out_stride / s * lse_stride elements
+//    after the call's out / lse. key_splits == 1: the call as it stands.
+//  - pack_gqa: a GQA group's query heads share the rows of one tile (for masks that ignore query
+//    positions).
+struct PagedFwdOptions {
+  int key_splits = 1;
+  int split_keys = 0;  // a multiple of 64 when key_splits > 1
+  std::int64_t out_stride = 0, lse_stride = 0;
+  bool pack_gqa = false;
+};
+
+// "" when paged_fwd can run this validated call, else why not: the current device sm80+, q and
+// pages both f16 or both bf16, head dim in FLASHKIT_SM80_FWD_PAGED_HEAD_DIMS with d_v = d, out
+// q's dtype or f32, 16-byte aligned rows, queries not packed, no ALiBi; with key splits also one
+// cache sequence; with key splits or GQA packing no causal, window or prefix-LM mask (key
+// positions restart in each split, packed rows are not query positions).
+std::string paged_fwd_unsupported(const PagedAttentionArgs& a, const core::PagedDims& d,
+                                  const PagedFwdOptions& options = {});
+
+// Throws flashkit::Error (paged_fwd_unsupported's reason) when it cannot run the call.
+void paged_fwd(const PagedAttentionArgs& a, const core::PagedDims& d,
+               const PagedFwdOptions& options = {});
+
+}  // namespace flashkit::cuda
