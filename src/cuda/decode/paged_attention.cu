@@ -7,16 +7,19 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
 #include "core/softmax_state.hpp"
 #include "core/validate.hpp"
+#include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device.hpp"
 #include "cuda/decode/decode_backend.hpp"
 #include "cuda/decode/decode_launch.hpp"
 #include "cuda/decode/decode_params.hpp"
 #include "cuda/decode/decode_shape.cuh"
+#include "cuda/decode/mma_shape.cuh"
 
 namespace flashkit::cuda {
 
@@ -96,6 +99,28 @@ void check_limits(const PagedAttentionArgs& a, const core::PagedDims& d) {
   }
 }
 
+// Warps per CTA of the tensor-core kernel (0: the CUDA-core kernel). FLASHKIT_DECODE_KERNEL
+// picks one for benchmarks and the lineage: cuda_cores (v2), mma (v3, the default), mma2 or
+// mma4. By default 4 warps when the grid fits one wave of 2 CTAs per SM (a small grid, e.g.
+// BENCH.md's batch 1 with 33 splits x 8 heads = 264 CTAs: twice the warps in flight per SM),
+// else 2, which lets 4 CTAs share an SM (batch 64: 512 CTAs in one wave). Head dims without a
+// tensor-core kernel (decode::MmaHeadDims) take the CUDA-core one.
+int mma_warps(std::int64_t ctas, std::int64_t head_dim, const Device& device) {
+  if (!in_list(decode::MmaHeadDims{}, head_dim)) return 0;
+  const char* env = std::getenv("FLASHKIT_DECODE_KERNEL");
+  const std::string choice = env != nullptr ? env : "mma";
+  if (choice == "cuda_cores") return 0;
+  if (choice == "mma2") return 2;
+  if (choice == "mma4") return 4;
+  if (choice != "mma") {
+    core::fail("FLASHKIT_DECODE_KERNEL", "cuda_cores, mma, mma2 or mma4 (or unset)", choice);
+  }
+  int sms = 0;
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device.index),
+             "cudaDeviceGetAttribute(multiprocessors)");
+  return ctas <= 2 * std::int64_t(sms) ? 4 : 2;
+}
+
 int log2_exact(std::int64_t pow2) {
   int s = 0;
   while ((std::int64_t(1) << s) < pow2) ++s;
@@ -154,8 +179,13 @@ PagedParams make_params(const PagedAttentionArgs& a, const core::PagedDims& d) {
   p.page_shift = log2_exact(d.page_size);
   p.num_splits = d.num_splits;
   const std::int64_t rows = d.q_len * d.group();
-  p.rows_per_cta = decode::rows_per_cta(rows, d.fp8_kv ? decode::kMaxRowsPerCta<__nv_fp8_e4m3>
-                                                       : decode::kMaxRowsPerCta<__nv_bfloat16>);
+  constexpr int kMmaRows = decode::MmaShape<__nv_bfloat16, 128, 2>::kRowsPerCta;
+  p.mma_warps = mma_warps(d.batch * d.heads_kv * d.num_splits * ((rows + kMmaRows - 1) / kMmaRows),
+                          d.head_dim, a.q.device());
+  p.rows_per_cta = p.mma_warps > 0 ? kMmaRows
+                                   : decode::rows_per_cta(
+                                         rows, d.fp8_kv ? decode::kMaxRowsPerCta<__nv_fp8_e4m3>
+                                                        : decode::kMaxRowsPerCta<__nv_bfloat16>);
   p.row_tiles = int((rows + p.rows_per_cta - 1) / p.rows_per_cta);
   p.scale = float(d.scale);
   p.scale_log2 = float(d.scale * core::kLog2e);
