@@ -28,7 +28,7 @@ HEAD_DIMS = (64, 128, 256)
 DECODE = ((1, 32768), (16, 8192), (64, 4096), (128, 2048))
 DECODE_PAGE = 16
 # flashkit's decode kernels by name (FLASHKIT_DECODE_KERNEL), timed next to the default choice.
-DECODE_KERNELS = ("cuda_cores", "mma2", "mma4")
+DECODE_KERNELS = ("cuda_cores", "mma2", "mma3", "mma4")
 L2_BYTES = 60 * 2**20
 
 
@@ -250,6 +250,43 @@ def summary(suite, rows) -> str:
 # --- decode: flashkit's paged kernels against torch SDPA on the same KV laid out contiguously ---
 
 
+try:  # the decode suite's read ceiling; the bench runs without Triton too
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _read_sum(x_ptr, out_ptr, BLOCK: tl.constexpr, STEPS: tl.constexpr):
+        base = tl.program_id(0).to(tl.int64) * BLOCK * STEPS
+        acc = tl.zeros((BLOCK,), dtype=tl.float32)
+        for i in range(STEPS):
+            acc += tl.load(x_ptr + base + i * BLOCK + tl.arange(0, BLOCK)).to(tl.float32)
+        tl.store(out_ptr + tl.program_id(0), tl.sum(acc, axis=0))
+
+except Exception:
+    _read_sum = None
+
+
+def decode_read_ceiling(torch, timer, read_gib) -> float:
+    """GB/s of a plain streaming read: a Triton kernel whose programs each sum 128 KB of bf16 in
+    16-byte loads, over a buffer far larger than L2 (torch's sum, measure_ceilings' read, runs a
+    few percent under a hand-written read). 0 when Triton is missing or fails."""
+    if _read_sum is None:
+        return 0.0
+    block, steps = 4096, 16
+    n = int(read_gib * 2**30) // 2 // (block * steps) * (block * steps)
+    buf = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(n // (block * steps), device="cuda", dtype=torch.float32)
+    grid = (out.numel(),)
+    try:
+        _read_sum[grid](buf, out, BLOCK=block, STEPS=steps)
+        if not torch.allclose(out.sum(), buf.sum(dtype=torch.float32), rtol=1e-3, atol=1.0):
+            return 0.0
+        ms = timer(lambda: _read_sum[grid](buf, out, BLOCK=block, STEPS=steps), [()])
+    except Exception:  # no working Triton on this machine: the suite-wide ceiling stands
+        return 0.0
+    return buf.numel() * 2 / ms / 1e6
+
+
 class DecodeData:
     """One decode config's inputs: q [batch, 1, heads_q, d]; K/V [batch, kv_len, heads_kv, d]
     contiguous (what the SDPA peers read, as BHSD views); the same values in shuffled pages of
@@ -435,8 +472,9 @@ def run_decode_config(torch, timer, flashkit, cfg, rows, quick):
     def fp8():
         return flashkit.paged_attention(x.q, k8, v8, table, x.seq_lens, k_scale=ks, v_scale=vs)
 
-    for impl, fn in (("flashkit", fp8), ("flashkit-cuda_cores",
-                                          with_decode_kernel("cuda_cores", fp8))):
+    fp8_impls = [("flashkit", fp8)]
+    fp8_impls += [(f"flashkit-{k}", with_decode_kernel(k, fp8)) for k in DECODE_KERNELS]
+    for impl, fn in fp8_impls:
         row = decode_row(torch, timer, impl, cfg8, fn, want8, bytes8, {"num_splits": plan})
         if "ms" in row:
             loss = decode_error(torch, fn(), want)
@@ -448,10 +486,14 @@ def run_decode_config(torch, timer, flashkit, cfg, rows, quick):
         rows.append(row)
 
 
-def run_decode_suite(torch, timer, quick, result) -> None:
+def run_decode_suite(torch, timer, quick, read_gib, result) -> None:
     import flashkit
 
     torch.manual_seed(0)
+    ceilings = result["ceilings"]
+    ceilings["read_gbs_torch_sum"] = ceilings["read_gbs"]
+    ceilings["read_gbs_triton"] = decode_read_ceiling(torch, timer, read_gib)
+    ceilings["read_gbs"] = max(ceilings["read_gbs"], ceilings["read_gbs_triton"])
     for cfg in decode_configs(quick):
         run_decode_config(torch, timer, flashkit, cfg, result["rows"], quick)
         torch.cuda.empty_cache()
@@ -539,7 +581,7 @@ def main(argv=None) -> int:
         "rows": [],
     }
     if args.suite == "decode":
-        run_decode_suite(torch, timer, args.quick, result)
+        run_decode_suite(torch, timer, args.quick, args.read_gib, result)
     else:
         for cfg in prefill_configs(args.quick):
             run_config(torch, timer, args.suite, cfg, result["rows"])

@@ -20,8 +20,7 @@ __global__ void __launch_bounds__(MmaShape<KvElem, kHeadDim, kWarps>::kThreads,
   if (c.rows == 0) return;  // a tile past this sequence's queries (packed batches)
   extern __shared__ __align__(16) unsigned char smem[];  // Shape::kSmemBytes
   MmaLane<Shape> s;
-  mma_load_queries(p, c, s);
-  mma_stream_keys<KvElem>(p, c, s, smem);
+  mma_stream_keys<KvElem>(p, c, s, smem);  // loads the queries once its first copies are issued
   mma_finish_cta(p, c, s, smem);
 }
 

@@ -34,8 +34,8 @@ struct MmaLane {
   using Elem = typename Shape::MmaElem;
   static constexpr int kSlices = Shape::kSlices;
   std::uint32_t q_hi[kSlices][2], q_lo[kSlices][2];  // A regs 0 and 2 of row g (rows g + 8: 0)
-  bool q_exact;                                      // q is the mma type: q_lo is all zeros
-  float o[kSlices][4];                // O^T: rows o_dim(s, 0 / 1, g), columns rows 2t, 2t + 1
+  bool q_exact;         // the warp's q_lo are all zeros (q is the mma type, or bf16 in f16's range)
+  float o[kSlices][4];  // O^T: rows o_dim(s, 0 / 1, g), columns rows 2t, 2t + 1
   core::SoftmaxState<float> softmax;  // row g: m (the same in the quad), l (this lane's keys)
   std::int64_t diag;                  // causal diagonal of row g
   float slope;                        // ALiBi slope of row g
@@ -59,7 +59,13 @@ __device__ __forceinline__ void mma_load_queries(const PagedParams& p, const Dec
 #pragma unroll
     for (int k = 0; k < 4; ++k) s.o[sl][k] = 0.0f;
   }
-  s.q_exact = p.q_dtype == (std::is_same_v<Elem, __half> ? DType::f16 : DType::bf16);
+  // Skip the lo products where they add nothing: always for q of the mma type, and for bf16 q
+  // against e4m3 pages (f16 operands) unless some element is outside f16's normal range.
+  bool exact = true;
+#pragma unroll
+  for (int sl = 0; sl < Shape::kSlices; ++sl)
+    exact = exact && s.q_lo[sl][0] == 0u && s.q_lo[sl][1] == 0u;
+  s.q_exact = __all_sync(0xffffffffu, exact);
   s.softmax = core::SoftmaxState<float>{};
   s.diag = row.diag;
   s.slope = p.alibi_slopes != nullptr
@@ -138,6 +144,8 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
     if (base < hi) issue(base, first_pages[k], k);
     ptx::cp_async_commit();  // empty groups past the end keep the wait count uniform
   }
+  // The queries load while the first steps are in flight (one memory latency, not two).
+  mma_load_queries(p, c, s);
   int ahead = first + (kStages - 1) * kStride;
   int ahead_page = first_pages[kStages - 1];
   int stage = 0;

@@ -14,10 +14,9 @@
 
 namespace flashkit::cuda::decode {
 
-// CTA shapes the dispatch picks from (decode_launch.cuh): 2 warps when the grid has enough CTAs
-// to fill the SMs 4 deep, 4 warps when it is small (one wave of 2 per SM holds the same bytes in
-// flight with half the CTAs).
-using MmaWarpCounts = std::integer_sequence<int, 2, 4>;
+// CTA shapes (warps per CTA) the dispatch picks from (paged_attention.cu: the most warps per SM
+// that still run the whole grid in one wave).
+using MmaWarpCounts = std::integer_sequence<int, 2, 3, 4>;
 // Head dims on tensor cores; d 256 stays on the CUDA-core kernel (q as hi + lo and O^T alone
 // would take 128 registers per lane, and it spills).
 using MmaHeadDims = std::integer_sequence<int, 64, 128>;
@@ -37,22 +36,26 @@ struct MmaShape {
   static constexpr int kChunks = kRowBytes / 16;
   static constexpr int kTileBytes = kStepKeys * kRowBytes;
   static constexpr int kPiecesPerLane = kStepKeys * kChunks / 32;
-  // Copy ring: kStages - 1 steps in flight per warp while it computes one. d 128 bf16: 8 KB per
-  // step, so 2 CTAs of 4 warps or 4 of 2 keep 128 KB per SM in flight, 3.6x what Little's law
-  // asks (4.55 TB/s / 132 SMs x ~1 us loaded latency = 35 KB).
-  static constexpr int kStages = 3;
   static constexpr int kWarps = kWarpsPerCta;
   static constexpr int kThreads = 32 * kWarps;
   // One stage of one warp: the K tile, the V tile, then (e4m3) 16 K scales and 16 V scales.
   static constexpr int kStageBytes = 2 * kTileBytes + (kFp8 ? 2 * kStepKeys * 4 : 0);
+  // Copy ring: kStages - 1 steps in flight per warp while it computes one, ~24 KB of ring per
+  // warp whatever a step weighs (d 128: bf16 3 stages of 8 KB, e4m3 5 of 4.1 KB). Measured
+  // (v3.0): the rate follows the bytes in flight per SM, far past Little's law with a 1-us
+  // latency, and e4m3 with bf16's 3 stages kept half of them in flight and ran at 61 %.
+  static constexpr int kRingTarget = 24 * 1024;
+  static constexpr int kStagesFit = kRingTarget / kStageBytes;
+  static constexpr int kStages = kStagesFit < 3 ? 3 : (kStagesFit > 8 ? 8 : kStagesFit);
   static constexpr int kRingBytes = kWarps * kStages * kStageBytes;
   // After the loop the ring holds each warp's normalised rows and lse for the CTA's merge.
   static constexpr int kMergeBytes = kWarps * kRowsPerCta * (kHeadDim + 1) * 4;
   static constexpr int kSmemBytes = kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes;
-  // CTAs per SM: at most 8 warps, so that each thread may hold 255 registers (d 128: ~170 for
-  // q as hi + lo, O^T and the fragments of a step in flight), and what the shared memory holds.
+  // CTAs per SM: what the shared memory holds, and a register file's worth at 176 registers
+  // per thread (d 128 uses 161-177: q as hi + lo, O^T, a step's fragments); the launch bounds
+  // promise it, and paged_attention.cu sizes its waves with it.
   static constexpr int kSmemBlocks = 227 * 1024 / kSmemBytes;
-  static constexpr int kRegisterBlocks = 8 / kWarps;
+  static constexpr int kRegisterBlocks = 65536 / (kThreads * 176);
   static constexpr int kMinBlocks = kSmemBlocks < kRegisterBlocks ? kSmemBlocks : kRegisterBlocks;
 
   // 16-byte unit of (row, chunk) in a tile. ldmatrix reads one chunk of 8 consecutive rows: the
@@ -70,5 +73,13 @@ struct MmaShape {
   static_assert(kFp8 ? kSlices % 2 == 0 : true, "e4m3 loads two k slices per ldmatrix.x4");
   static_assert(kMinBlocks >= 1, "the ring must fit one SM");
 };
+
+// CTAs of `warps` warps per CTA that one SM holds (kMinBlocks): the host sizes waves with it.
+template <class KvElem, int kHeadDim, int... kWarps>
+constexpr int mma_blocks_per_sm(std::integer_sequence<int, kWarps...>, int warps) {
+  int blocks = 0;
+  ((blocks = warps == kWarps ? MmaShape<KvElem, kHeadDim, kWarps>::kMinBlocks : blocks), ...);
+  return blocks;
+}
 
 }  // namespace flashkit::cuda::decode

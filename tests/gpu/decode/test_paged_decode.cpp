@@ -147,9 +147,9 @@ class KernelChoice {
 };
 
 // The tests above run the default choice (tensor cores for d 64 and 128, mostly 4 warps on
-// their small grids); here each kernel by name: the CUDA-core v2, and v3 with 2 and 4 warps.
+// their small grids); here each kernel by name: the CUDA-core v2, and v3 with 2, 3 and 4 warps.
 TEST(PagedDecode, EveryKernelMatchesOracle) {
-  for (const char* kernel : {"cuda_cores", "mma2", "mma4"}) {
+  for (const char* kernel : {"cuda_cores", "mma2", "mma3", "mma4"}) {
     SCOPED_TRACE(kernel);
     const KernelChoice choice(kernel);
     for (DType kv : {DType::bf16, DType::f16, DType::e4m3}) {
