@@ -130,33 +130,45 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
     }
   };
 
-  // Prologue: the first kStages page ids read together, then kStages - 1 steps issued.
+  // Page ids of the warp's steps (pages of >= 16 tokens: one per step), 32 steps per register:
+  // lane l of `pages_now` holds step window + l's, `pages_next` the 32 after, read 32 steps
+  // before they are needed. (v3.0 read each id one step ahead: under full load that read waits
+  // behind the bulk copies for microseconds, and every step waited for it, bf16 and e4m3 alike.)
   const int first = lo / kStepKeys * kStepKeys + warp * kStepKeys;
-  int first_pages[kStages];
-#pragma unroll
-  for (int k = 0; k < kStages; ++k) {
-    const int base = first + k * kStride;
-    first_pages[k] = one_page && base < hi ? page_of(base) : 0;
-  }
+  auto read_pages = [&](int step0) {
+    const int base = first + (step0 + lane) * kStride;
+    return one_page && base < hi ? page_of(base) : 0;
+  };
+  int window = 0, pages_now = read_pages(0), pages_next = read_pages(32);
+  auto page_of_step = [&](int step) {  // steps in increasing order, the whole warp
+    if (step >= window + 32) {
+      window += 32;
+      pages_now = pages_next;
+      pages_next = read_pages(window + 32);
+    }
+    return __shfl_sync(0xffffffffu, pages_now, step - window);
+  };
+
+  // Prologue: kStages - 1 steps issued.
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
     const int base = first + k * kStride;
-    if (base < hi) issue(base, first_pages[k], k);
+    const int page = page_of_step(k);
+    if (base < hi) issue(base, page, k);
     ptx::cp_async_commit();  // empty groups past the end keep the wait count uniform
   }
   // The queries load while the first steps are in flight (one memory latency, not two).
   mma_load_queries(p, c, s);
-  int ahead = first + (kStages - 1) * kStride;
-  int ahead_page = first_pages[kStages - 1];
+  int ahead_step = kStages - 1;  // the next step to issue
   int stage = 0;
   for (int base = first; base < hi; base += kStride) {
     // ldmatrix reads other lanes' copies: the whole warp must be done with the stage that is
     // refilled now (computed last iteration), and see this stage's copies after the wait.
     __syncwarp();
+    const int ahead = first + ahead_step * kStride;
+    const int ahead_page = page_of_step(ahead_step++);
     if (ahead < hi) issue(ahead, ahead_page, (stage + kStages - 1) % kStages);
     ptx::cp_async_commit();
-    ahead += kStride;
-    if (one_page && ahead < hi) ahead_page = page_of(ahead);
     ptx::cp_async_wait<kStages - 1>();
     __syncwarp();
 
