@@ -14,6 +14,36 @@
 
 namespace flashkit::cuda::decode {
 
+// The CTA's last step, shared by both kernels: `smem` holds each warp's normalised rows
+// (f32 [kWarps][kRows][kHeadDim]) and their lse ([kWarps][kRows]); they merge in warp order
+// (deterministic) with core::merge_weights and go to out / lse or to the split-K workspace.
+template <int kWarps, int kRows, int kHeadDim, int kThreads>
+__device__ __forceinline__ void merge_warps_and_store(const PagedParams& p, const DecodeCta& c,
+                                                      const unsigned char* smem) {
+  const auto& warp_o = *reinterpret_cast<const float(*)[kWarps][kRows][kHeadDim]>(smem);
+  const auto& warp_lse = *reinterpret_cast<const float(*)[kWarps][kRows]>(smem + sizeof(warp_o));
+  // Thread i finishes elements i, i + kThreads, ... of the rows; rows past c.rows are padding.
+  for (int i = int(threadIdx.x); i < c.rows * kHeadDim; i += kThreads) {
+    const int r = i / kHeadDim, e = i % kHeadDim;
+    float o = 0.0f, l = -std::numeric_limits<float>::infinity();
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const core::MergeWeights<float> mw = core::merge_weights(l, warp_lse[w][r]);
+      o = mw.w_a * o + mw.w_b * warp_o[w][r][e];
+      l = mw.lse;
+    }
+    const QueryRow row = query_row(p, c, r);
+    if (p.ws_o != nullptr) {
+      const std::int64_t at =
+          workspace_index(p, c.split, workspace_row(p, c.b, c.q_start, row.token), row.head);
+      p.ws_o[at * kHeadDim + e] = o;
+      if (e == 0) p.ws_lse[at] = l;
+    } else {
+      store_output(p, c.b, c.q_start, row.token, row.head, e, o, l);
+    }
+  }
+}
+
 // `smem` is the mainloop's ring, free once every warp has left the loop.
 template <class Shape>
 __device__ __forceinline__ void finish_cta(const PagedParams& p, const DecodeCta& c,
@@ -61,26 +91,7 @@ __device__ __forceinline__ void finish_cta(const PagedParams& p, const DecodeCta
   }
   __syncthreads();
 
-  // Thread i finishes elements i, i + kThreads, ... of the rows; rows past c.rows are padding.
-  for (int i = int(threadIdx.x); i < c.rows * kHeadDim; i += Shape::kThreads) {
-    const int r = i / kHeadDim, e = i % kHeadDim;
-    float o = 0.0f, l = -std::numeric_limits<float>::infinity();
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const core::MergeWeights<float> mw = core::merge_weights(l, warp_lse[w][r]);
-      o = mw.w_a * o + mw.w_b * warp_o[w][r][e];
-      l = mw.lse;
-    }
-    const QueryRow row = query_row(p, c, r);
-    if (p.ws_o != nullptr) {
-      const std::int64_t at =
-          workspace_index(p, c.split, workspace_row(p, c.b, c.q_start, row.token), row.head);
-      p.ws_o[at * kHeadDim + e] = o;
-      if (e == 0) p.ws_lse[at] = l;
-    } else {
-      store_output(p, c.b, c.q_start, row.token, row.head, e, o, l);
-    }
-  }
+  merge_warps_and_store<kWarps, kRows, kHeadDim, Shape::kThreads>(p, c, smem);
 }
 
 }  // namespace flashkit::cuda::decode

@@ -12,6 +12,8 @@
 #include "cuda/decode/decode_kernel.cuh"
 #include "cuda/decode/decode_launch.hpp"
 #include "cuda/decode/decode_shape.cuh"
+#include "cuda/decode/mma_kernel.cuh"
+#include "cuda/decode/mma_shape.cuh"
 #include "flashkit/error.hpp"
 
 namespace flashkit::cuda::decode {
@@ -20,6 +22,11 @@ namespace flashkit::cuda::decode {
 template <int... kValues, class F>
 bool dispatch_int(std::integer_sequence<int, kValues...>, int value, F&& f) {
   return ((value == kValues && (f(std::integral_constant<int, kValues>{}), true)) || ...);
+}
+
+template <int... kValues>
+constexpr bool in_list(std::integer_sequence<int, kValues...>, int value) {
+  return ((value == kValues) || ...);
 }
 
 template <class KvElem, int kHeadDim, int kRows>
@@ -35,10 +42,30 @@ void launch_decode_variant(const PagedParams& p, cudaStream_t stream) {
   check_launch("paged decode kernel");
 }
 
+template <class KvElem, int kHeadDim, int kWarps>
+void launch_mma_variant(const PagedParams& p, cudaStream_t stream) {
+  using Shape = MmaShape<KvElem, kHeadDim, kWarps>;
+  const auto kernel = paged_decode_mma_kernel<KvElem, kHeadDim, kWarps>;
+  check_cuda(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes),
+      "cudaFuncSetAttribute(paged decode mma kernel)");
+  const dim3 grid(unsigned(p.heads_kv * p.row_tiles), unsigned(p.num_splits), unsigned(p.batch));
+  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+  check_launch("paged decode mma kernel");
+}
+
 template <class KvElem>
 void launch_decode(const PagedParams& p, cudaStream_t stream) {
   bool launched = false;
   dispatch_int(HeadDims{}, p.head_dim, [&](auto d) {
+    if (p.mma_warps > 0) {
+      if constexpr (in_list(MmaHeadDims{}, decltype(d)::value)) {
+        launched = dispatch_int(MmaWarpCounts{}, p.mma_warps, [&](auto w) {
+          launch_mma_variant<KvElem, decltype(d)::value, decltype(w)::value>(p, stream);
+        });
+      }
+      return;
+    }
     launched = dispatch_int(RowTiles<KvElem>{}, p.rows_per_cta, [&](auto r) {
       launch_decode_variant<KvElem, decltype(d)::value, decltype(r)::value>(p, stream);
     });

@@ -47,8 +47,9 @@ struct PagedParams {
   int page_shift;  // page_size = 1 << page_shift (validation admits powers of two only)
   int num_splits;
   int rows_per_cta, row_tiles;  // query rows (token, head of the group) per CTA, CTAs per group
-  float scale;                  // softmax scale on q.k
-  float scale_log2;             // scale * log2(e): scores in base 2 (core/softmax_state.hpp)
+  int mma_warps;     // 0: the CUDA-core kernel (v2); 2 or 4: the tensor-core kernel (v3), warps/CTA
+  float scale;       // softmax scale on q.k
+  float scale_log2;  // scale * log2(e): scores in base 2 (core/softmax_state.hpp)
   core::MaskRule mask;
   DType q_dtype, out_dtype;
 };

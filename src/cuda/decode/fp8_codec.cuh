@@ -39,6 +39,31 @@ __host__ __device__ __forceinline__ void e4m3x4_to_float(std::uint32_t w, float*
 #endif
 }
 
+// Two e4m3 values (the low 16 bits of `w`, lowest byte first) as an f16x2 register, lowest
+// first, without the sm89 instruction: per half, s.eeee.mmm moves to f16's s at 15 and
+// eeee.mmm at 13..7 (the value times 2^-8, exactly), then one f16x2 multiply by 256.
+__device__ __forceinline__ std::uint32_t e4m3x2_to_f16x2_by_bits(std::uint32_t w) {
+  const std::uint32_t spread = __byte_perm(w, 0, 0x1404);  // byte 0 -> bits 15..8, 1 -> 31..24
+  const std::uint32_t bits = (spread & 0x80008000u) | ((spread >> 1) & 0x3f803f80u);
+  __half2 h = *reinterpret_cast<const __half2*>(&bits);
+  h = __hmul2(h, __float2half2_rn(256.0f));
+  return *reinterpret_cast<const std::uint32_t*>(&h);
+}
+
+// The same with one cvt.rn.f16x2.e4m3x2 on sm89+: exact (every e4m3 value is an f16), what
+// the tensor-core kernel feeds mma.sync. (The NaN codes give 480 by bits, NaN by cvt.)
+__device__ __forceinline__ std::uint32_t e4m3x2_to_f16x2(std::uint32_t w) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  std::uint32_t r;
+  asm("{\n .reg .b16 pair;\n cvt.u16.u32 pair, %1;\n cvt.rn.f16x2.e4m3x2 %0, pair;\n}\n"
+      : "=r"(r)
+      : "r"(w));
+  return r;
+#else
+  return e4m3x2_to_f16x2_by_bits(w);
+#endif
+}
+
 __host__ __device__ __forceinline__ std::uint8_t float_to_e4m3(float x) {
   return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
 }

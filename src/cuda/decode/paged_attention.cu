@@ -5,18 +5,22 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
 #include "core/softmax_state.hpp"
 #include "core/validate.hpp"
+#include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device.hpp"
 #include "cuda/decode/decode_backend.hpp"
 #include "cuda/decode/decode_launch.hpp"
 #include "cuda/decode/decode_params.hpp"
 #include "cuda/decode/decode_shape.cuh"
+#include "cuda/decode/mma_shape.cuh"
 
 namespace flashkit::cuda {
 
@@ -96,6 +100,59 @@ void check_limits(const PagedAttentionArgs& a, const core::PagedDims& d) {
   }
 }
 
+// CTAs of the tensor-core kernel with `warps` warps that one SM holds, for these pages.
+int mma_blocks(DType kv, std::int64_t head_dim, int warps) {
+  const auto per_sm = [&](auto elem) {
+    using Elem = decltype(elem);
+    return head_dim == 64 ? decode::mma_blocks_per_sm<Elem, 64>(decode::MmaWarpCounts{}, warps)
+                          : decode::mma_blocks_per_sm<Elem, 128>(decode::MmaWarpCounts{}, warps);
+  };
+  switch (kv) {
+    case DType::f16:
+      return per_sm(__half{});
+    case DType::bf16:
+      return per_sm(__nv_bfloat16{});
+    default:
+      return per_sm(__nv_fp8_e4m3{});
+  }
+}
+
+// Warps per CTA of the tensor-core kernel (0: the CUDA-core kernel). The stream rate follows
+// the bytes in flight per SM, so: the most warps resident per SM among the CTA shapes that run
+// the whole grid in one wave (BENCH.md, d 128 bf16: batch 1's 264 CTAs 4 warps, 2 per SM; batch
+// 16's 384 CTAs 3 warps, 3 per SM; batch 64's 512 CTAs 2 warps, 4 per SM), else 2 warps (the
+// most CTAs per SM). FLASHKIT_DECODE_KERNEL picks one by name for benchmarks and the lineage:
+// cuda_cores (v2), mma (v3, the default), mma2, mma3 or mma4. Head dims without a tensor-core
+// kernel (decode::MmaHeadDims) take the CUDA-core one.
+int mma_warps(const core::PagedDims& d, DType kv, std::int64_t ctas, const Device& device) {
+  if (!in_list(decode::MmaHeadDims{}, d.head_dim)) return 0;
+  const char* env = std::getenv("FLASHKIT_DECODE_KERNEL");
+  const std::string choice = env != nullptr ? env : "mma";
+  if (choice == "cuda_cores") return 0;
+  if (choice.size() == 4 && choice.compare(0, 3, "mma") == 0 &&
+      in_list(decode::MmaWarpCounts{}, choice[3] - '0')) {
+    return choice[3] - '0';
+  }
+  if (choice != "mma") {
+    core::fail("FLASHKIT_DECODE_KERNEL", "cuda_cores, mma, mma2, mma3 or mma4 (or unset)", choice);
+  }
+  int sms = 0;
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device.index),
+             "cudaDeviceGetAttribute(multiprocessors)");
+  int best = 2;
+  std::int64_t best_warps = 0;
+  for (int warps : {4, 3, 2}) {
+    const int blocks = mma_blocks(kv, d.head_dim, warps);
+    if (ctas > std::int64_t(blocks) * sms) continue;  // more than one wave
+    const std::int64_t per_sm = std::min<std::int64_t>((ctas + sms - 1) / sms, blocks);
+    if (per_sm * warps > best_warps) {
+      best_warps = per_sm * warps;
+      best = warps;
+    }
+  }
+  return best;
+}
+
 int log2_exact(std::int64_t pow2) {
   int s = 0;
   while ((std::int64_t(1) << s) < pow2) ++s;
@@ -154,8 +211,14 @@ PagedParams make_params(const PagedAttentionArgs& a, const core::PagedDims& d) {
   p.page_shift = log2_exact(d.page_size);
   p.num_splits = d.num_splits;
   const std::int64_t rows = d.q_len * d.group();
-  p.rows_per_cta = decode::rows_per_cta(rows, d.fp8_kv ? decode::kMaxRowsPerCta<__nv_fp8_e4m3>
-                                                       : decode::kMaxRowsPerCta<__nv_bfloat16>);
+  constexpr int kMmaRows = decode::MmaShape<__nv_bfloat16, 128, 2>::kRowsPerCta;
+  p.mma_warps = mma_warps(d, a.kv.k_pages.dtype(),
+                          d.batch * d.heads_kv * d.num_splits * ((rows + kMmaRows - 1) / kMmaRows),
+                          a.q.device());
+  p.rows_per_cta = p.mma_warps > 0 ? kMmaRows
+                                   : decode::rows_per_cta(
+                                         rows, d.fp8_kv ? decode::kMaxRowsPerCta<__nv_fp8_e4m3>
+                                                        : decode::kMaxRowsPerCta<__nv_bfloat16>);
   p.row_tiles = int((rows + p.rows_per_cta - 1) / p.rows_per_cta);
   p.scale = float(d.scale);
   p.scale_log2 = float(d.scale * core::kLog2e);

@@ -1,7 +1,10 @@
-// Paged decode v2, stage 2: one warp per (query row, head) folds the num_splits partial states
+// Paged decode v2/v3, stage 2: one warp per (query row, head) folds the num_splits partial states
 // of the workspace with core::merge_weights, in split order (deterministic), and writes out and
 // lse. It reads num_splits * (head_dim + 1) f32 per (row, head): at BENCH.md's batch-1 config
-// (33 splits, 32 heads, d 128) 0.5 MB next to 128 MB of KV.
+// (33 splits, 32 heads, d 128) 0.5 MB next to 128 MB of KV, but only 32 warps do it, so the
+// loads of kBatch splits are issued before any of them is merged: the first version loaded one
+// split per merge, 33 dependent memory latencies, ~0.5 us per split at batch 1 (measured: 66 and
+// 132 splits ran 16 and 84 us slower than 33).
 #include <cstdint>
 #include <limits>
 
@@ -15,8 +18,10 @@ namespace flashkit::cuda::decode {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kMaxChunks = 8;  // 32-element chunks of a row: head dims up to 256
+constexpr int kBatch = 16;  // splits whose loads are in flight together
 
+// kChunks: 32-element chunks of a row (head dim / 32).
+template <int kChunks>
 __global__ void __launch_bounds__(32 * kWarps)
     split_combine_kernel(const __grid_constant__ PagedParams p) {
   const std::int64_t pair = std::int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
@@ -33,30 +38,54 @@ __global__ void __launch_bounds__(32 * kWarps)
     b = int(row / p.q_len);
     token = int(row % p.q_len);
   }
-  const int chunks = p.head_dim / 32;
-  float o[kMaxChunks] = {};
+  float o[kChunks] = {};
   float lse = -std::numeric_limits<float>::infinity();
-  for (int split = 0; split < p.num_splits; ++split) {
-    const std::int64_t at = workspace_index(p, split, row, head);
-    const core::MergeWeights<float> w = core::merge_weights(lse, p.ws_lse[at]);
+  for (int first = 0; first < p.num_splits; first += kBatch) {
+    float part_lse[kBatch], part_o[kBatch][kChunks];
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) {
-      if (k < chunks) o[k] = w.w_a * o[k] + w.w_b * p.ws_o[at * p.head_dim + k * 32 + lane];
+    for (int i = 0; i < kBatch; ++i) {
+      if (first + i < p.num_splits) {
+        const std::int64_t at = workspace_index(p, first + i, row, head);
+        part_lse[i] = p.ws_lse[at];
+#pragma unroll
+        for (int k = 0; k < kChunks; ++k)
+          part_o[i][k] = p.ws_o[at * (32 * kChunks) + k * 32 + lane];
+      }
     }
-    lse = w.lse;
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      if (first + i < p.num_splits) {
+        const core::MergeWeights<float> w = core::merge_weights(lse, part_lse[i]);
+#pragma unroll
+        for (int k = 0; k < kChunks; ++k) o[k] = w.w_a * o[k] + w.w_b * part_o[i][k];
+        lse = w.lse;
+      }
+    }
   }
 #pragma unroll
-  for (int k = 0; k < kMaxChunks; ++k) {
-    if (k < chunks) store_output(p, b, 0, token, head, k * 32 + lane, o[k], lse);
-  }
+  for (int k = 0; k < kChunks; ++k) store_output(p, b, 0, token, head, k * 32 + lane, o[k], lse);
+}
+
+template <int kChunks>
+void launch_chunks(const PagedParams& p, cudaStream_t stream) {
+  const std::int64_t pairs = p.ws_rows * p.heads_q;
+  split_combine_kernel<kChunks>
+      <<<unsigned((pairs + kWarps - 1) / kWarps), 32 * kWarps, 0, stream>>>(p);
+  check_launch("paged decode split merge kernel");
 }
 
 }  // namespace
 
 void launch_split_combine(const PagedParams& p, cudaStream_t stream) {
-  const std::int64_t pairs = p.ws_rows * p.heads_q;
-  split_combine_kernel<<<unsigned((pairs + kWarps - 1) / kWarps), 32 * kWarps, 0, stream>>>(p);
-  check_launch("paged decode split merge kernel");
+  // Head dims 64, 128, 256 (decode_shape.cuh's list; paged_attention.cu refuses the others).
+  switch (p.head_dim) {
+    case 64:
+      return launch_chunks<2>(p, stream);
+    case 128:
+      return launch_chunks<4>(p, stream);
+    default:
+      return launch_chunks<8>(p, stream);
+  }
 }
 
 }  // namespace flashkit::cuda::decode

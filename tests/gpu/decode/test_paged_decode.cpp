@@ -1,5 +1,6 @@
-// The CUDA paged decode kernels, v1 (one split) and split-K v2, against the CPU oracle
-// (paged_attention with Algo::reference on the same host tensors): page sizes, GQA groups,
+// The CUDA paged decode kernels (CUDA cores v1/v2, tensor cores v3; one split or split-K)
+// against the CPU oracle (paged_attention with Algo::reference on the same host tensors): page
+// sizes, GQA groups,
 // KV dtypes, query counts, head dims, masks and score modifiers, packed and strided tensors,
 // automatic splits, CUDA-graph capture, and the errors raised before any launch.
 #include <cuda_runtime.h>
@@ -7,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -135,6 +137,50 @@ TEST(PagedDecode, LongSequencesAndAutomaticSplits) {
   }
 }
 
+// Sets FLASHKIT_DECODE_KERNEL for one scope (the kernel choice is read on every call).
+class KernelChoice {
+ public:
+  explicit KernelChoice(const char* kernel) { setenv("FLASHKIT_DECODE_KERNEL", kernel, 1); }
+  ~KernelChoice() { unsetenv("FLASHKIT_DECODE_KERNEL"); }
+  KernelChoice(const KernelChoice&) = delete;
+  KernelChoice& operator=(const KernelChoice&) = delete;
+};
+
+// The tests above run the default choice (tensor cores for d 64 and 128, mostly 4 warps on
+// their small grids); here each kernel by name: the CUDA-core v2, and v3 with 2, 3 and 4 warps.
+TEST(PagedDecode, EveryKernelMatchesOracle) {
+  for (const char* kernel : {"cuda_cores", "mma2", "mma3", "mma4"}) {
+    SCOPED_TRACE(kernel);
+    const KernelChoice choice(kernel);
+    for (DType kv : {DType::bf16, DType::f16, DType::e4m3}) {
+      for (std::int64_t page : {1, 4, 16, 256}) {
+        for (std::int64_t group : {1, 4, 8}) {
+          for (std::int64_t q_len : {1, 3}) {
+            expect_matches(spec_of(kv, page, group, q_len), {1, 3});
+          }
+        }
+      }
+      for (std::int64_t d : {64, 256}) {
+        DecodeSpec s = spec_of(kv, 16, 8, 3);
+        s.head_dim = d;
+        expect_matches(s, {1, 4});
+      }
+      DecodeSpec long_seqs = spec_of(kv, 16, 4, 1);
+      long_seqs.seq_lens = {4100, 1, 2500};
+      expect_matches(long_seqs, {1, 0, 64});
+      DecodeSpec masked = spec_of(kv, 16, 4, 3);
+      masked.window_left = 20;
+      masked.alibi = true;
+      expect_matches(masked, {1, 4});
+    }
+    for (DType out : {DType::f32, DType::f16}) {
+      DecodeSpec s = spec_of(DType::bf16, 16, 4, 3);
+      s.out_dtype = out;
+      expect_matches(s, {1, 3});
+    }
+  }
+}
+
 TEST(PagedDecode, OutputDtypes) {
   for (DType out : {DType::f32, DType::f16}) {
     DecodeSpec s = spec_of(DType::bf16, 16, 4, 3);
@@ -230,6 +276,10 @@ TEST(PagedDecode, UnsupportedCallsAreRejectedBeforeAnyLaunch) {
   expect_rejected(f64_out, 1, 0, "out.dtype", none);
 
   const DecodeSpec plain = spec_of(DType::bf16, 16, 4, 1);
+  {
+    const KernelChoice choice("tensor_cores");
+    expect_rejected(plain, 1, 0, "FLASHKIT_DECODE_KERNEL", none);
+  }
   expect_rejected(plain, 4, 0, "workspace", none);
   const DecodeCase c = make_decode_case(plain);
   expect_rejected(plain, 4, decode_workspace_elems(c, 4) - 1, "workspace", none);

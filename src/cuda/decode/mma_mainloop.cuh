@@ -1,0 +1,265 @@
+// The tensor-core decode mainloop (v3): the CTA's warps stream its keys in steps of 16 (warp w
+// takes steps w, w + kWarps, ...). A warp cp.asyncs a step's K and V tiles (and e4m3 scales)
+// into its own stage of a kStages-deep shared-memory ring, kStages - 1 steps ahead, then:
+//   S = Q K^T      2 n tiles x kSlices mma.sync (x2 when q is not the mma type: q = hi + lo)
+//   softmax        lane (g, t) owns query row g, keys 2t, 2t + 1, 2t + 8, 2t + 9: 4 scores,
+//                  a 4-lane max, no other reduction until the end
+//   O^T += V^T P^T kSlices x 2 mma.sync (p = hi + lo), P straight from the score registers.
+// Per 16 keys of d 128 bf16 that is ~48 mma, 16 ldmatrix and 16 cp.async per warp, where the
+// CUDA-core kernel (decode_mainloop.cuh) issues ~900 instructions: the loop no longer limits
+// the rate at which a warp can consume bytes, and e4m3 pays one cvt per two elements.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "core/mask_rules.hpp"
+#include "core/softmax_state.hpp"
+#include "cuda/common/dtype.cuh"
+#include "cuda/decode/decode_cta.cuh"
+#include "cuda/decode/decode_mainloop.cuh"
+#include "cuda/decode/decode_params.hpp"
+#include "cuda/decode/kv_copy.cuh"
+#include "cuda/decode/mma_fragments.cuh"
+#include "cuda/ptx/convert.cuh"
+#include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/mma.cuh"
+#include "cuda/ptx/warp_reduce.cuh"
+
+namespace flashkit::cuda::decode {
+
+// What a lane keeps for the whole loop: query row g = lane / 4 of the CTA's tile.
+template <class Shape>
+struct MmaLane {
+  using Elem = typename Shape::MmaElem;
+  static constexpr int kSlices = Shape::kSlices;
+  std::uint32_t q_hi[kSlices][2], q_lo[kSlices][2];  // A regs 0 and 2 of row g (rows g + 8: 0)
+  bool q_exact;         // the warp's q_lo are all zeros (q is the mma type, or bf16 in f16's range)
+  float o[kSlices][4];  // O^T: rows o_dim(s, 0 / 1, g), columns rows 2t, 2t + 1
+  core::SoftmaxState<float> softmax;  // row g: m (the same in the quad), l (this lane's keys)
+  std::int64_t diag;                  // causal diagonal of row g
+  float slope;                        // ALiBi slope of row g
+};
+
+template <class Shape>
+__device__ __forceinline__ void mma_load_queries(const PagedParams& p, const DecodeCta& c,
+                                                 MmaLane<Shape>& s) {
+  using Elem = typename Shape::MmaElem;
+  const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  const QueryRow row = query_row(p, c, g);
+  const std::int64_t at = core::element_offset(p.q_layout, c.b, c.q_start, row.token, row.head);
+#pragma unroll
+  for (int sl = 0; sl < Shape::kSlices; ++sl) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float x0 = load_as_float(p.q, p.q_dtype, at + q_dim<Shape>(sl, h, t, 0));
+      const float x1 = load_as_float(p.q, p.q_dtype, at + q_dim<Shape>(sl, h, t, 1));
+      split_pack<Elem>(x0, x1, s.q_hi[sl][h], s.q_lo[sl][h]);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) s.o[sl][k] = 0.0f;
+  }
+  // Skip the lo products where they add nothing: always for q of the mma type, and for bf16 q
+  // against e4m3 pages (f16 operands) unless some element is outside f16's normal range.
+  bool exact = true;
+#pragma unroll
+  for (int sl = 0; sl < Shape::kSlices; ++sl)
+    exact = exact && s.q_lo[sl][0] == 0u && s.q_lo[sl][1] == 0u;
+  s.q_exact = __all_sync(0xffffffffu, exact);
+  s.softmax = core::SoftmaxState<float>{};
+  s.diag = row.diag;
+  s.slope = p.alibi_slopes != nullptr
+                ? p.alibi_slopes[c.b * p.alibi_batch_stride + row.head * p.alibi_head_stride]
+                : 0.0f;
+}
+
+template <class KvElem, class Shape>
+__device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const DecodeCta& c,
+                                                MmaLane<Shape>& s, unsigned char* smem) {
+  using Elem = typename Shape::MmaElem;
+  constexpr int kStages = Shape::kStages, kStepKeys = Shape::kStepKeys;
+  constexpr int kStride = Shape::kWarps * kStepKeys;
+  constexpr int kStageBytes = Shape::kStageBytes, kTileBytes = Shape::kTileBytes;
+  constexpr int kChunkElems = 16 / int(sizeof(KvElem));
+  constexpr int kSliceStep = Shape::kFp8 ? 2 : 1;  // k slices (m tiles) per ldmatrix.x4
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32), t = lane % 4;
+
+  unsigned char* ring = smem + warp * kStages * kStageBytes;
+  const std::uint32_t ring_addr = ptx::smem_address(ring);
+  const KvElem* k_head = static_cast<const KvElem*>(p.k_pages) + c.kv_head * p.k_strides.head;
+  const KvElem* v_head = static_cast<const KvElem*>(p.v_pages) + c.kv_head * p.v_strides.head;
+  const std::int32_t* table = p.block_table + c.b * p.table_batch;
+  const int shift = p.page_shift, slot_mask = (1 << shift) - 1;
+  // Steps start at multiples of 16 keys, so with pages of >= 16 tokens a step lies in one page:
+  // one block-table read per step (read a step early); smaller pages look each row up.
+  const bool one_page = (1 << shift) >= kStepKeys;
+  const bool plain_scores = p.mask.softcap == 0.0f && p.alibi_slopes == nullptr;
+  const int lo = int(c.keys.lo), hi = int(c.keys.hi);
+  auto page_of = [&](int key) { return __ldg(table + (key >> shift) * p.table_page); };
+
+  // This lane's pieces of the step at `base` into ring stage `stage` (row-major tiles, swizzled
+  // chunks); rows outside [lo, hi) become zeros without a read (their slots may hold NaN, or
+  // have no page).
+  auto issue = [&](int base, int page, int stage) {
+    const std::uint32_t k_tile = ring_addr + stage * kStageBytes, v_tile = k_tile + kTileBytes;
+#pragma unroll
+    for (int j = 0; j < Shape::kPiecesPerLane; ++j) {
+      const int piece = j * 32 + lane, row = piece / Shape::kChunks;
+      const int chunk = piece % Shape::kChunks;
+      const int key = base + row;
+      const bool valid = key >= lo && key < hi;
+      const int pg = one_page ? page : (valid ? page_of(key) : 0);
+      const int slot = key & slot_mask;
+      const std::uint32_t at = Shape::swizzle(row, chunk) * 16;
+      ptx::cp_async_16(
+          k_tile + at,
+          k_head + pg * p.k_strides.page + slot * p.k_strides.slot + chunk * kChunkElems, valid);
+      ptx::cp_async_16(
+          v_tile + at,
+          v_head + pg * p.v_strides.page + slot * p.v_strides.slot + chunk * kChunkElems, valid);
+    }
+    if constexpr (Shape::kFp8) {  // lanes 0-15: the 16 keys' K scales, lanes 16-31: V scales
+      const int key = base + lane % kStepKeys;
+      const bool valid = key >= lo && key < hi;
+      const int pg = one_page ? page : (valid ? page_of(key) : 0);
+      const float* src = lane < kStepKeys
+                             ? p.k_scale + pg * p.k_scale_page + c.kv_head * p.k_scale_head
+                             : p.v_scale + pg * p.v_scale_page + c.kv_head * p.v_scale_head;
+      cp_async_4(k_tile + 2 * kTileBytes + lane * 4, src, valid);
+    }
+  };
+
+  // Page ids of the warp's steps (pages of >= 16 tokens: one per step), 32 steps per register:
+  // lane l of `pages_now` holds step window + l's, `pages_next` the 32 after, read 32 steps
+  // before they are needed. (v3.0 read each id one step ahead: under full load that read waits
+  // behind the bulk copies for microseconds, and every step waited for it, bf16 and e4m3 alike.)
+  const int first = lo / kStepKeys * kStepKeys + warp * kStepKeys;
+  auto read_pages = [&](int step0) {
+    const int base = first + (step0 + lane) * kStride;
+    return one_page && base < hi ? page_of(base) : 0;
+  };
+  int window = 0, pages_now = read_pages(0), pages_next = read_pages(32);
+  auto page_of_step = [&](int step) {  // steps in increasing order, the whole warp
+    if (step >= window + 32) {
+      window += 32;
+      pages_now = pages_next;
+      pages_next = read_pages(window + 32);
+    }
+    return __shfl_sync(0xffffffffu, pages_now, step - window);
+  };
+
+  // Prologue: kStages - 1 steps issued.
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) {
+    const int base = first + k * kStride;
+    const int page = page_of_step(k);
+    if (base < hi) issue(base, page, k);
+    ptx::cp_async_commit();  // empty groups past the end keep the wait count uniform
+  }
+  // The queries load while the first steps are in flight (one memory latency, not two).
+  mma_load_queries(p, c, s);
+  int ahead_step = kStages - 1;  // the next step to issue
+  int stage = 0;
+  for (int base = first; base < hi; base += kStride) {
+    // ldmatrix reads other lanes' copies: the whole warp must be done with the stage that is
+    // refilled now (computed last iteration), and see this stage's copies after the wait.
+    __syncwarp();
+    const int ahead = first + ahead_step * kStride;
+    const int ahead_page = page_of_step(ahead_step++);
+    if (ahead < hi) issue(ahead, ahead_page, (stage + kStages - 1) % kStages);
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<kStages - 1>();
+    __syncwarp();
+
+    const std::uint32_t k_tile = ring_addr + stage * kStageBytes, v_tile = k_tile + kTileBytes;
+    [[maybe_unused]] const float* scales =
+        reinterpret_cast<const float*>(ring + stage * kStageBytes + 2 * kTileBytes);
+
+    // S = Q K^T, n tiles of keys 0-7 and 8-15; hi and lo in separate accumulators (two chains
+    // of kSlices dependent mma instead of one of 2 kSlices).
+    float s_hi[2][4] = {}, s_lo[2][4] = {};
+#pragma unroll
+    for (int sl = 0; sl < Shape::kSlices; sl += kSliceStep) {
+      std::uint32_t b[2][2][2];
+      k_fragments<Shape>(k_tile, sl, lane, b);
+#pragma unroll
+      for (int h = 0; h < kSliceStep; ++h) {
+        const std::uint32_t a_hi[4] = {s.q_hi[sl + h][0], 0u, s.q_hi[sl + h][1], 0u};
+        const std::uint32_t a_lo[4] = {s.q_lo[sl + h][0], 0u, s.q_lo[sl + h][1], 0u};
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          ptx::mma_m16n8k16<Elem>(s_hi[n], a_hi, b[n][h][0], b[n][h][1]);
+          if (!s.q_exact) ptx::mma_m16n8k16<Elem>(s_lo[n], a_lo, b[n][h][0], b[n][h][1]);
+        }
+      }
+    }
+
+    // Scores of row g: x[2n + j] is key base + 8n + 2t + j.
+    float x[4];
+    float block_max = kNegInf;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int offset = 8 * n + 2 * t + j, key = base + offset;
+        float dot = s_hi[n][j] + s_lo[n][j];
+        if constexpr (Shape::kFp8) dot *= scales[offset];  // e4m3 dequantisation, once per score
+        const bool seen = key >= lo && key < hi &&
+                          (!c.key_mask || core::key_visible(p.mask, s.diag, key, c.seq_len));
+        const float v =
+            plain_scores ? dot * p.scale_log2 : modified_score_log2(p, dot, s.slope, s.diag, key);
+        x[2 * n + j] = seen ? v : kNegInf;
+        block_max = fmaxf(block_max, x[2 * n + j]);
+      }
+    }
+    block_max = ptx::quad_max(block_max);
+    const float alpha = s.softmax.absorb_max(block_max);
+    // While the row has seen nothing its max is -inf: subtract 0 (exp2(-inf - -inf) is NaN).
+    const float m = s.softmax.m == kNegInf ? 0.0f : s.softmax.m;
+    float prob[4], sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      prob[k] = ptx::exp2_approx(x[k] - m);
+      sum += prob[k];
+    }
+    s.softmax.l = s.softmax.l * alpha + sum;
+    // O^T columns are rows 2t and 2t + 1, whose alphas live in quads 2t and 2t + 1. Once the
+    // running maxima settle, alpha is 1 for the whole warp: skip the rescale then.
+    if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+      const float a0 = __shfl_sync(0xffffffffu, alpha, 8 * t);
+      const float a1 = __shfl_sync(0xffffffffu, alpha, 8 * t + 4);
+#pragma unroll
+      for (int sl = 0; sl < Shape::kSlices; ++sl) {
+        s.o[sl][0] *= a0;
+        s.o[sl][1] *= a1;
+        s.o[sl][2] *= a0;
+        s.o[sl][3] *= a1;
+      }
+    }
+
+    // P^T as B fragments: (keys 2t, 2t + 1) and (2t + 8, 2t + 9) of row g, e4m3 V scales folded
+    // in (one multiply per probability, never per element).
+    if constexpr (Shape::kFp8) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) prob[k] *= scales[kStepKeys + 8 * (k / 2) + 2 * t + k % 2];
+    }
+    std::uint32_t p_hi[2], p_lo[2];
+    split_pack<Elem>(prob[0], prob[1], p_hi[0], p_lo[0]);
+    split_pack<Elem>(prob[2], prob[3], p_hi[1], p_lo[1]);
+#pragma unroll
+    for (int sl = 0; sl < Shape::kSlices; sl += kSliceStep) {
+      std::uint32_t a[2][4];
+      v_fragments<Shape>(v_tile, sl, lane, a);
+#pragma unroll
+      for (int h = 0; h < kSliceStep; ++h) {
+        ptx::mma_m16n8k16<Elem>(s.o[sl + h], a[h], p_hi[0], p_hi[1]);
+        ptx::mma_m16n8k16<Elem>(s.o[sl + h], a[h], p_lo[0], p_lo[1]);
+      }
+    }
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+  }
+  ptx::cp_async_wait<0>();
+}
+
+}  // namespace flashkit::cuda::decode

@@ -1,0 +1,85 @@
+// The tensor-core decode kernel's shape (v3) from (KV element type, head dim, warps per CTA): a
+// warp step of 16 keys, the copy ring of whole K/V tiles and its swizzle, and the CTA's shared
+// memory. Scores are S = Q K^T with m16n8k16 mma.sync (query rows padded to m = 16, 8 keys per
+// n tile), and P.V runs transposed, O^T = V^T P^T (head dim in m tiles of 16, the CTA's 8 query
+// rows as n = 8, the step's 16 keys as k): P leaves the score accumulators already in the B
+// fragment layout, and every query row of a GQA group of up to 8 shares each K/V load.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <type_traits>
+
+namespace flashkit::cuda::decode {
+
+// CTA shapes (warps per CTA) the dispatch picks from (paged_attention.cu: the most warps per SM
+// that still run the whole grid in one wave).
+using MmaWarpCounts = std::integer_sequence<int, 2, 3, 4>;
+// Head dims on tensor cores; d 256 stays on the CUDA-core kernel (q as hi + lo and O^T alone
+// would take 128 registers per lane, and it spills).
+using MmaHeadDims = std::integer_sequence<int, 64, 128>;
+
+template <class KvElem, int kHeadDim, int kWarpsPerCta>
+struct MmaShape {
+  static constexpr bool kFp8 = std::is_same_v<KvElem, __nv_fp8_e4m3>;
+  // mma operand type: the pages' own 16-bit type, f16 for e4m3 (every e4m3 value is an f16).
+  using MmaElem = std::conditional_t<std::is_same_v<KvElem, __nv_bfloat16>, __nv_bfloat16, __half>;
+  static constexpr int kRowsPerCta = 8;  // query rows: n of the P.V mma
+  static constexpr int kHeadDimV = kHeadDim;
+  static constexpr int kStepKeys = 16;           // keys per warp step: k of the P.V mma
+  static constexpr int kSlices = kHeadDim / 16;  // k slices of Q K^T, m tiles of V^T P^T
+  // A K (or V) row is kChunks 16-byte chunks; a warp copies a step's tile of each with
+  // kPiecesPerLane cp.async per lane (d 128 bf16: 16 chunks, 8 per lane).
+  static constexpr int kRowBytes = kHeadDim * int(sizeof(KvElem));
+  static constexpr int kChunks = kRowBytes / 16;
+  static constexpr int kTileBytes = kStepKeys * kRowBytes;
+  static constexpr int kPiecesPerLane = kStepKeys * kChunks / 32;
+  static constexpr int kWarps = kWarpsPerCta;
+  static constexpr int kThreads = 32 * kWarps;
+  // One stage of one warp: the K tile, the V tile, then (e4m3) 16 K scales and 16 V scales.
+  static constexpr int kStageBytes = 2 * kTileBytes + (kFp8 ? 2 * kStepKeys * 4 : 0);
+  // Copy ring: kStages - 1 steps in flight per warp while it computes one, ~24 KB of ring per
+  // warp whatever a step weighs (d 128: bf16 3 stages of 8 KB, e4m3 5 of 4.1 KB). Measured
+  // (v3.0): the rate follows the bytes in flight per SM, far past Little's law with a 1-us
+  // latency, and e4m3 with bf16's 3 stages kept half of them in flight and ran at 61 %.
+  static constexpr int kRingTarget = 24 * 1024;
+  static constexpr int kStagesFit = kRingTarget / kStageBytes;
+  static constexpr int kStages = kStagesFit < 3 ? 3 : (kStagesFit > 8 ? 8 : kStagesFit);
+  static constexpr int kRingBytes = kWarps * kStages * kStageBytes;
+  // After the loop the ring holds each warp's normalised rows and lse for the CTA's merge.
+  static constexpr int kMergeBytes = kWarps * kRowsPerCta * (kHeadDim + 1) * 4;
+  static constexpr int kSmemBytes = kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes;
+  // CTAs per SM: what the shared memory holds, and a register file's worth at 176 registers
+  // per thread (d 128 uses 161-177: q as hi + lo, O^T, a step's fragments); the launch bounds
+  // promise it, and paged_attention.cu sizes its waves with it.
+  static constexpr int kSmemBlocks = 227 * 1024 / kSmemBytes;
+  static constexpr int kRegisterBlocks = 65536 / (kThreads * 176);
+  static constexpr int kMinBlocks = kSmemBlocks < kRegisterBlocks ? kSmemBlocks : kRegisterBlocks;
+
+  // 16-byte unit of (row, chunk) in a tile. ldmatrix reads one chunk of 8 consecutive rows: the
+  // XOR puts them in 8 different 16-byte bank groups (rows >= 128 B apart would all hit one).
+  __device__ static constexpr int swizzle(int row, int chunk) {
+    if constexpr (kChunks >= 8) {
+      return row * kChunks + (chunk ^ (row & 7));
+    } else {
+      return row * kChunks + (chunk ^ ((row / (8 / kChunks)) & (kChunks - 1)));
+    }
+  }
+
+  static_assert(kChunks >= 4 && (kChunks & (kChunks - 1)) == 0, "rows of 4, 8, ... chunks");
+  static_assert(kPiecesPerLane >= 1 && kStepKeys * kChunks % 32 == 0, "whole pieces per lane");
+  static_assert(kFp8 ? kSlices % 2 == 0 : true, "e4m3 loads two k slices per ldmatrix.x4");
+  static_assert(kMinBlocks >= 1, "the ring must fit one SM");
+};
+
+// CTAs of `warps` warps per CTA that one SM holds (kMinBlocks): the host sizes waves with it.
+template <class KvElem, int kHeadDim, int... kWarps>
+constexpr int mma_blocks_per_sm(std::integer_sequence<int, kWarps...>, int warps) {
+  int blocks = 0;
+  ((blocks = warps == kWarps ? MmaShape<KvElem, kHeadDim, kWarps>::kMinBlocks : blocks), ...);
+  return blocks;
+}
+
+}  // namespace flashkit::cuda::decode
