@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "core/mask_rules.hpp"
 #include "core/softmax_state.hpp"
@@ -98,26 +99,53 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
   const int lo = int(c.keys.lo), hi = int(c.keys.hi);
   auto page_of = [&](int key) { return __ldg(table + (key >> shift) * p.table_page); };
 
+  // This lane's pieces of a step: piece j is row j * kRowsPerPass + lane_row of the tile, chunk
+  // lane_chunk (the same chunk for every j), so with pages of >= 16 tokens the sources of a step
+  // are one 64-bit base plus multiples of one stride. (v3.2 derived every piece's address from
+  // its key: 4 64-bit multiplies and a page-size test per piece pair, ~40 % of the instructions
+  // a warp issued per step; ncu showed the issue rate, not the memory, pacing the loop.)
+  constexpr int kRowsPerPass = 32 / Shape::kChunks;
+  const int lane_row = lane / Shape::kChunks, lane_chunk = lane % Shape::kChunks;
+  const KvElem* k_lane = k_head + lane_row * p.k_strides.slot + lane_chunk * kChunkElems;
+  const KvElem* v_lane = v_head + lane_row * p.v_strides.slot + lane_chunk * kChunkElems;
+  const std::int64_t k_pass = kRowsPerPass * p.k_strides.slot;
+  const std::int64_t v_pass = kRowsPerPass * p.v_strides.slot;
+
   // This lane's pieces of the step at `base` into ring stage `stage` (row-major tiles, swizzled
   // chunks); rows outside [lo, hi) become zeros without a read (their slots may hold NaN, or
-  // have no page).
+  // have no page). Only a span's first and last steps have such rows.
   auto issue = [&](int base, int page, int stage) {
     const std::uint32_t k_tile = ring_addr + stage * kStageBytes, v_tile = k_tile + kTileBytes;
+    if (one_page) {
+      const int slot0 = base & slot_mask;
+      const KvElem* k_src = k_lane + page * p.k_strides.page + slot0 * p.k_strides.slot;
+      const KvElem* v_src = v_lane + page * p.v_strides.page + slot0 * p.v_strides.slot;
+      const bool whole = base >= lo && base + kStepKeys <= hi;
 #pragma unroll
-    for (int j = 0; j < Shape::kPiecesPerLane; ++j) {
-      const int piece = j * 32 + lane, row = piece / Shape::kChunks;
-      const int chunk = piece % Shape::kChunks;
-      const int key = base + row;
-      const bool valid = key >= lo && key < hi;
-      const int pg = one_page ? page : (valid ? page_of(key) : 0);
-      const int slot = key & slot_mask;
-      const std::uint32_t at = Shape::swizzle(row, chunk) * 16;
-      ptx::cp_async_16(
-          k_tile + at,
-          k_head + pg * p.k_strides.page + slot * p.k_strides.slot + chunk * kChunkElems, valid);
-      ptx::cp_async_16(
-          v_tile + at,
-          v_head + pg * p.v_strides.page + slot * p.v_strides.slot + chunk * kChunkElems, valid);
+      for (int j = 0; j < Shape::kPiecesPerLane; ++j) {
+        const int row = j * kRowsPerPass + lane_row, key = base + row;
+        const bool valid = whole || (key >= lo && key < hi);
+        const std::uint32_t at = Shape::swizzle(row, lane_chunk) * 16;
+        ptx::cp_async_16(k_tile + at, k_src + j * k_pass, valid);
+        ptx::cp_async_16(v_tile + at, v_src + j * v_pass, valid);
+      }
+    } else {  // pages of 1..8 tokens: each row looks its page up
+#pragma unroll
+      for (int j = 0; j < Shape::kPiecesPerLane; ++j) {
+        const int row = j * kRowsPerPass + lane_row, key = base + row;
+        const bool valid = key >= lo && key < hi;
+        const int pg = valid ? page_of(key) : 0;
+        const int slot = key & slot_mask;
+        const std::uint32_t at = Shape::swizzle(row, lane_chunk) * 16;
+        ptx::cp_async_16(
+            k_tile + at,
+            k_head + pg * p.k_strides.page + slot * p.k_strides.slot + lane_chunk * kChunkElems,
+            valid);
+        ptx::cp_async_16(
+            v_tile + at,
+            v_head + pg * p.v_strides.page + slot * p.v_strides.slot + lane_chunk * kChunkElems,
+            valid);
+      }
     }
     if constexpr (Shape::kFp8) {  // lanes 0-15: the 16 keys' K scales, lanes 16-31: V scales
       const int key = base + lane % kStepKeys;
@@ -177,40 +205,58 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
         reinterpret_cast<const float*>(ring + stage * kStageBytes + 2 * kTileBytes);
 
     // S = Q K^T, n tiles of keys 0-7 and 8-15; hi and lo in separate accumulators (two chains
-    // of kSlices dependent mma instead of one of 2 kSlices).
+    // of kSlices dependent mma instead of one of 2 kSlices). The lo products are a separate
+    // copy of the loop, not a branch per mma, so that the compiler schedules either freely.
     float s_hi[2][4] = {}, s_lo[2][4] = {};
+    auto scores = [&](auto with_lo) {
 #pragma unroll
-    for (int sl = 0; sl < Shape::kSlices; sl += kSliceStep) {
-      std::uint32_t b[2][2][2];
-      k_fragments<Shape>(k_tile, sl, lane, b);
+      for (int sl = 0; sl < Shape::kSlices; sl += kSliceStep) {
+        std::uint32_t b[2][2][2];
+        k_fragments<Shape>(k_tile, sl, lane, b);
 #pragma unroll
-      for (int h = 0; h < kSliceStep; ++h) {
-        const std::uint32_t a_hi[4] = {s.q_hi[sl + h][0], 0u, s.q_hi[sl + h][1], 0u};
-        const std::uint32_t a_lo[4] = {s.q_lo[sl + h][0], 0u, s.q_lo[sl + h][1], 0u};
+        for (int h = 0; h < kSliceStep; ++h) {
+          const std::uint32_t a_hi[4] = {s.q_hi[sl + h][0], 0u, s.q_hi[sl + h][1], 0u};
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          ptx::mma_m16n8k16<Elem>(s_hi[n], a_hi, b[n][h][0], b[n][h][1]);
-          if (!s.q_exact) ptx::mma_m16n8k16<Elem>(s_lo[n], a_lo, b[n][h][0], b[n][h][1]);
+          for (int n = 0; n < 2; ++n) {
+            ptx::mma_m16n8k16<Elem>(s_hi[n], a_hi, b[n][h][0], b[n][h][1]);
+            if constexpr (decltype(with_lo)::value) {
+              const std::uint32_t a_lo[4] = {s.q_lo[sl + h][0], 0u, s.q_lo[sl + h][1], 0u};
+              ptx::mma_m16n8k16<Elem>(s_lo[n], a_lo, b[n][h][0], b[n][h][1]);
+            }
+          }
         }
       }
+    };
+    if (s.q_exact) {
+      scores(std::false_type{});
+    } else {
+      scores(std::true_type{});
     }
 
-    // Scores of row g: x[2n + j] is key base + 8n + 2t + j.
+    // Scores of row g: x[2n + j] is key base + 8n + 2t + j. Inside the span, with no per-key
+    // mask and no score modifier (a decode step's common case), a score is one multiply.
     float x[4];
     float block_max = kNegInf;
+    if (plain_scores && !c.key_mask && base >= lo && base + kStepKeys <= hi) {
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
+      for (int k = 0; k < 4; ++k) {
+        float dot = s_hi[k / 2][k % 2] + s_lo[k / 2][k % 2];
+        if constexpr (Shape::kFp8) dot *= scales[8 * (k / 2) + 2 * t + k % 2];
+        x[k] = dot * p.scale_log2;
+        block_max = fmaxf(block_max, x[k]);
+      }
+    } else {
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int offset = 8 * n + 2 * t + j, key = base + offset;
-        float dot = s_hi[n][j] + s_lo[n][j];
+      for (int k = 0; k < 4; ++k) {
+        const int offset = 8 * (k / 2) + 2 * t + k % 2, key = base + offset;
+        float dot = s_hi[k / 2][k % 2] + s_lo[k / 2][k % 2];
         if constexpr (Shape::kFp8) dot *= scales[offset];  // e4m3 dequantisation, once per score
         const bool seen = key >= lo && key < hi &&
                           (!c.key_mask || core::key_visible(p.mask, s.diag, key, c.seq_len));
         const float v =
             plain_scores ? dot * p.scale_log2 : modified_score_log2(p, dot, s.slope, s.diag, key);
-        x[2 * n + j] = seen ? v : kNegInf;
-        block_max = fmaxf(block_max, x[2 * n + j]);
+        x[k] = seen ? v : kNegInf;
+        block_max = fmaxf(block_max, x[k]);
       }
     }
     block_max = ptx::quad_max(block_max);

@@ -51,11 +51,12 @@ struct MmaShape {
   // After the loop the ring holds each warp's normalised rows and lse for the CTA's merge.
   static constexpr int kMergeBytes = kWarps * kRowsPerCta * (kHeadDim + 1) * 4;
   static constexpr int kSmemBytes = kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes;
-  // CTAs per SM: what the shared memory holds, and a register file's worth at 176 registers
-  // per thread (d 128 uses 161-177: q as hi + lo, O^T, a step's fragments); the launch bounds
+  // CTAs per SM: what the shared memory holds, and 2 warps per scheduler (a scheduler's 64 KB
+  // of registers holds 2 warps of <= 256 registers; d 128 uses ~190: q as hi + lo, O^T, a
+  // step's fragments. 3 per scheduler would cap them at 168 and spill). The launch bounds
   // promise it, and paged_attention.cu sizes its waves with it.
   static constexpr int kSmemBlocks = 227 * 1024 / kSmemBytes;
-  static constexpr int kRegisterBlocks = 65536 / (kThreads * 176);
+  static constexpr int kRegisterBlocks = 4 * 2 / kWarps;
   static constexpr int kMinBlocks = kSmemBlocks < kRegisterBlocks ? kSmemBlocks : kRegisterBlocks;
 
   // 16-byte unit of (row, chunk) in a tile. ldmatrix reads one chunk of 8 consecutive rows: the
@@ -69,7 +70,7 @@ struct MmaShape {
   }
 
   static_assert(kChunks >= 4 && (kChunks & (kChunks - 1)) == 0, "rows of 4, 8, ... chunks");
-  static_assert(kPiecesPerLane >= 1 && kStepKeys * kChunks % 32 == 0, "whole pieces per lane");
+  static_assert(kPiecesPerLane >= 1 && 32 % kChunks == 0, "whole rows per warp-wide copy");
   static_assert(kFp8 ? kSlices % 2 == 0 : true, "e4m3 loads two k slices per ldmatrix.x4");
   static_assert(kMinBlocks >= 1, "the ring must fit one SM");
 };
