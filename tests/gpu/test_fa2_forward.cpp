@@ -43,14 +43,7 @@ INSTANTIATE_TEST_SUITE_P(All, Fa2Varlen,
 
 TEST(Fa2Forward, MoreQueriesThanKeysBothAlignments) {
   for (CausalAlign align : {CausalAlign::top_left, CausalAlign::bottom_right}) {
-    CaseSpec s;
-    s.dtype = DType::bf16;
-    s.seqlens_q = {300};
-    s.seqlens_k = {100};
-    s.head_dim = 64;
-    s.causal = true;
-    s.align = align;
-    expect_gpu_forward_matches(s, Algo::fa2);
+    expect_gpu_forward_matches(more_queries_than_keys_case(align, 64), Algo::fa2);
   }
 }
 
@@ -79,20 +72,7 @@ TEST(Fa2Forward, AutomaticPicksFa2ForHalfInputs) {
 
 TEST(Fa2Forward, PaddedRowStrides) {
   for (bool varlen : {false, true}) {
-    CaseSpec s;
-    s.dtype = DType::f16;
-    s.varlen = varlen;
-    s.seqlens_q = varlen ? std::vector<std::int64_t>{70, 3} : std::vector<std::int64_t>{70, 70};
-    s.seqlens_k = varlen ? std::vector<std::int64_t>{150, 40} : std::vector<std::int64_t>{150, 150};
-    s.heads_q = 4;
-    s.heads_kv = 2;
-    s.head_dim = 64;
-    s.causal = true;
-    CaseData c = make_case(s);
-    c.q = padded_copy(c.q);
-    c.k = padded_copy(c.k);
-    c.v = padded_copy(c.v);
-    expect_gpu_forward_matches(c, Algo::fa2, s.dtype);
+    expect_gpu_forward_matches(padded_rows_case(varlen, 64), Algo::fa2, DType::f16);
   }
 }
 

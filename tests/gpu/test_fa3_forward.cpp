@@ -59,14 +59,7 @@ INSTANTIATE_TEST_SUITE_P(All, Fa3Varlen,
 TEST(Fa3Forward, MoreQueriesThanKeysBothAlignments) {
   FLASHKIT_REQUIRE_SM90();
   for (CausalAlign align : {CausalAlign::top_left, CausalAlign::bottom_right}) {
-    CaseSpec s;
-    s.dtype = DType::bf16;
-    s.seqlens_q = {300};
-    s.seqlens_k = {100};
-    s.head_dim = 128;
-    s.causal = true;
-    s.align = align;
-    expect_gpu_forward_matches(s, Algo::fa3);
+    expect_gpu_forward_matches(more_queries_than_keys_case(align, 128), Algo::fa3);
   }
 }
 
@@ -86,20 +79,7 @@ TEST(Fa3Forward, F32OutputTakesTheRegisterEpilogue) {
 TEST(Fa3Forward, PaddedRowStrides) {
   FLASHKIT_REQUIRE_SM90();
   for (bool varlen : {false, true}) {
-    CaseSpec s;
-    s.dtype = DType::f16;
-    s.varlen = varlen;
-    s.seqlens_q = varlen ? std::vector<std::int64_t>{70, 3} : std::vector<std::int64_t>{70, 70};
-    s.seqlens_k = varlen ? std::vector<std::int64_t>{150, 40} : std::vector<std::int64_t>{150, 150};
-    s.heads_q = 4;
-    s.heads_kv = 2;
-    s.head_dim = 128;
-    s.causal = true;
-    CaseData c = make_case(s);
-    c.q = padded_copy(c.q);
-    c.k = padded_copy(c.k);
-    c.v = padded_copy(c.v);
-    expect_gpu_forward_matches(c, Algo::fa3, s.dtype);
+    expect_gpu_forward_matches(padded_rows_case(varlen, 128), Algo::fa3, DType::f16);
   }
 }
 
