@@ -43,12 +43,15 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.cuh"
 #include "core/validate.hpp"
 #include "cuda/decode/decode_backend.hpp"
 #include "cuda/paged_fwd.hpp"
 #include "flashkit/flashkit.hpp"
 
 namespace {
+
+using namespace flashkit::bench;
 
 using flashkit::Device;
 using flashkit::DType;
@@ -59,42 +62,6 @@ constexpr int kGroup = kHeadsQ / kHeadsKv;
 constexpr std::uint32_t kSeedK = 1, kSeedV = 2, kSeedQ = 3;
 constexpr std::int64_t kTokenElems = std::int64_t(kHeadsKv) * kDim;  // per K (or V) token
 
-void check(cudaError_t s, const char* what) {
-  if (s != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(s));
-}
-
-struct Buffer {
-  void* p = nullptr;
-  explicit Buffer(std::size_t bytes) {
-    check(cudaMalloc(&p, bytes < 16 ? 16 : bytes), "cudaMalloc");
-  }
-  ~Buffer() { cudaFree(p); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
-
-// Uniform values in [-1, 1) from a hash of the element index: fresh inputs the host recomputes.
-__host__ __device__ float hashed_unit(std::int64_t i, std::uint32_t seed) {
-  std::uint32_t x = std::uint32_t(i) * 2654435761u ^ std::uint32_t(i >> 32) * 0x9e3779b9u ^ seed;
-  x ^= x >> 16;
-  x *= 0x7feb352du;
-  x ^= x >> 15;
-  x *= 0x846ca68bu;
-  x ^= x >> 16;
-  return float(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
-}
-
-__global__ void fill_bf16(__nv_bfloat16* p, std::int64_t n, std::uint32_t seed) {
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x) {
-    p[i] = __float2bfloat16_rn(hashed_unit(i, seed));
-  }
-}
-
 double bf16_value(std::int64_t i, std::uint32_t seed) {
   return __bfloat162float(__float2bfloat16_rn(hashed_unit(i, seed)));
 }
@@ -104,29 +71,6 @@ double bf16_bits(std::uint16_t b) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
-}
-
-// Median milliseconds of `reps` runs after `warmup` runs, one event pair per run.
-double median_ms(const std::function<void(int)>& run, int warmup, int reps, cudaStream_t stream) {
-  for (int i = 0; i < warmup; ++i) run(i);
-  check(cudaStreamSynchronize(stream), "warm-up");
-  std::vector<cudaEvent_t> ev(2 * std::size_t(reps));
-  for (auto& e : ev) check(cudaEventCreate(&e), "cudaEventCreate");
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(ev[2 * std::size_t(i)], stream);
-    run(i);
-    cudaEventRecord(ev[2 * std::size_t(i) + 1], stream);
-  }
-  check(cudaStreamSynchronize(stream), "timed runs");
-  std::vector<double> ms(static_cast<std::size_t>(reps));
-  for (int i = 0; i < reps; ++i) {
-    float t = 0;
-    cudaEventElapsedTime(&t, ev[2 * std::size_t(i)], ev[2 * std::size_t(i) + 1]);
-    ms[std::size_t(i)] = t;
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 // One graph per input set of `call`; the median time of replaying them in turn.
@@ -149,13 +93,6 @@ double graph_ms(const std::vector<std::function<void()>>& calls, cudaStream_t st
       5, 30, stream);
   for (cudaGraphExec_t e : graphs) cudaGraphExecDestroy(e);
   return ms;
-}
-
-std::string now_utc() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -31,50 +31,20 @@
 #include <utility>
 #include <vector>
 
+#include "bench_support.cuh"
 #include "flashkit/flashkit.hpp"
 
 namespace {
+
+using namespace flashkit::bench;
 
 constexpr int kHeadsQ = 32, kHeadsKv = 8, kDim = 128;
 // Uniform [-1, 1) over this scale fills e4m3's [-64, 64): full precision, no saturation.
 constexpr float kFp8Scale = 1.0f / 64;
 constexpr std::uint32_t kSeedK = 1, kSeedV = 2, kSeedQ = 3;
 
-void check(cudaError_t s, const char* what) {
-  if (s != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(s));
-}
-
-struct Buffer {
-  void* p = nullptr;
-  explicit Buffer(std::size_t bytes) {
-    check(cudaMalloc(&p, bytes < 16 ? 16 : bytes), "cudaMalloc");
-  }
-  ~Buffer() { cudaFree(p); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-};
-
-// Uniform values in [-1, 1) from a hash of the element index: fresh inputs, and the host can
-// recompute any element for the reference without copying the pool back.
-__host__ __device__ float hashed_unit(std::int64_t i, std::uint32_t seed) {
-  std::uint32_t x = std::uint32_t(i) * 2654435761u ^ std::uint32_t(i >> 32) * 0x9e3779b9u ^ seed;
-  x ^= x >> 16;
-  x *= 0x7feb352du;
-  x ^= x >> 15;
-  x *= 0x846ca68bu;
-  x ^= x >> 16;
-  return float(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
-}
-
 __host__ __device__ std::uint8_t e4m3_of(std::int64_t i, std::uint32_t seed) {
   return __nv_cvt_float_to_fp8(hashed_unit(i, seed) / kFp8Scale, __NV_SATFINITE, __NV_E4M3);
-}
-
-__global__ void fill_bf16(__nv_bfloat16* p, std::int64_t n, std::uint32_t seed) {
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x) {
-    p[i] = __float2bfloat16_rn(hashed_unit(i, seed));
-  }
 }
 
 __global__ void fill_e4m3(std::uint8_t* p, std::int64_t n, std::uint32_t seed) {
@@ -91,17 +61,6 @@ __global__ void fill_f32(float* p, std::int64_t n, float value) {
   }
 }
 
-// Reads n 16-byte vectors once; the xor keeps the compiler from dropping the loads.
-__global__ void read_all(const uint4* p, std::int64_t n, unsigned* sink) {
-  unsigned acc = 0;
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x) {
-    const uint4 v = p[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x12345678u) *sink = acc;
-}
-
 // The value element i of a pool holds, as the kernels read it.
 double stored_value(bool fp8, std::int64_t i, std::uint32_t seed) {
   if (fp8) {
@@ -109,29 +68,6 @@ double stored_value(bool fp8, std::int64_t i, std::uint32_t seed) {
     return double(__half2float(h)) * kFp8Scale;
   }
   return __bfloat162float(__float2bfloat16_rn(hashed_unit(i, seed)));
-}
-
-// Median milliseconds of `reps` runs after `warmup` runs, one event pair per run.
-double median_ms(const std::function<void(int)>& run, int warmup, int reps, cudaStream_t stream) {
-  for (int i = 0; i < warmup; ++i) run(i);
-  check(cudaStreamSynchronize(stream), "warm-up");
-  std::vector<cudaEvent_t> ev(2 * std::size_t(reps));
-  for (auto& e : ev) check(cudaEventCreate(&e), "cudaEventCreate");
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(ev[2 * std::size_t(i)], stream);
-    run(i);
-    cudaEventRecord(ev[2 * std::size_t(i) + 1], stream);
-  }
-  check(cudaStreamSynchronize(stream), "timed runs");
-  std::vector<double> ms(static_cast<std::size_t>(reps));
-  for (int i = 0; i < reps; ++i) {
-    float t = 0;
-    cudaEventElapsedTime(&t, ev[2 * std::size_t(i)], ev[2 * std::size_t(i) + 1]);
-    ms[std::size_t(i)] = t;
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 double read_ceiling_gbs(int sms, cudaStream_t stream) {
@@ -319,13 +255,6 @@ Row run_config(const Config& c, int sms, double l2_bytes, cudaStream_t stream) {
   for (cudaGraphExec_t e : graphs) cudaGraphExecDestroy(e);
   r.gbs = c.kv_bytes() / (r.ms * 1e-3) / 1e9;
   return r;
-}
-
-std::string now_utc() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 void write_json(const std::string& path, const std::string& commit, const std::string& device,

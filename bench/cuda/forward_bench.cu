@@ -28,69 +28,12 @@
 #include <string>
 #include <vector>
 
+#include "bench_support.cuh"
 #include "flashkit/flashkit.hpp"
 
 namespace {
 
-void check(cudaError_t s, const char* what) {
-  if (s != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(s));
-}
-
-// Uniform values in [-1, 1) from a hash of the index: fresh random inputs, no host transfer.
-__global__ void fill_random(__nv_bfloat16* p, std::int64_t n, std::uint32_t seed) {
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x) {
-    std::uint32_t x = std::uint32_t(i) * 2654435761u ^ seed;
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    p[i] = __float2bfloat16_rn(float(x >> 8) * (2.0f / 16777216.0f) - 1.0f);
-  }
-}
-
-// Reads n 16-byte vectors once; the sum keeps the compiler from dropping the loads.
-__global__ void read_all(const uint4* p, std::int64_t n, unsigned* sink) {
-  unsigned acc = 0;
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x) {
-    const uint4 v = p[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x12345678u) *sink = acc;
-}
-
-struct Buffer {
-  void* p = nullptr;
-  explicit Buffer(std::size_t bytes) { check(cudaMalloc(&p, bytes), "cudaMalloc"); }
-  ~Buffer() { cudaFree(p); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-};
-
-// Median milliseconds of `reps` runs after `warmup` runs, one event pair per run.
-double median_ms(const std::function<void()>& run, int warmup, int reps) {
-  for (int i = 0; i < warmup; ++i) run();
-  check(cudaDeviceSynchronize(), "warm-up");
-  std::vector<cudaEvent_t> ev(2 * std::size_t(reps));
-  for (auto& e : ev) check(cudaEventCreate(&e), "cudaEventCreate");
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(ev[2 * i]);
-    run();
-    cudaEventRecord(ev[2 * i + 1]);
-  }
-  check(cudaDeviceSynchronize(), "timed runs");
-  std::vector<double> ms(static_cast<std::size_t>(reps));
-  for (int i = 0; i < reps; ++i) {
-    float t = 0;
-    cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]);
-    ms[std::size_t(i)] = t;
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+using namespace flashkit::bench;
 
 struct Ceilings {
   double matmul_tflops = 0, read_gbs = 0;
@@ -100,13 +43,13 @@ Ceilings measure_ceilings() {
   Ceilings c;
   const int n = 8192;
   Buffer a(std::size_t(n) * n * 2), b(std::size_t(n) * n * 2), d(std::size_t(n) * n * 2);
-  fill_random<<<1024, 256>>>(static_cast<__nv_bfloat16*>(a.p), std::int64_t(n) * n, 1);
-  fill_random<<<1024, 256>>>(static_cast<__nv_bfloat16*>(b.p), std::int64_t(n) * n, 2);
+  fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(a.p), std::int64_t(n) * n, 1);
+  fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(b.p), std::int64_t(n) * n, 2);
   cublasHandle_t h;
   if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
     const float one = 1, zero = 0;
     const double ms = median_ms(
-        [&] {
+        [&](int) {
           cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.p, CUDA_R_16BF, n, b.p,
                        CUDA_R_16BF, n, &zero, d.p, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
                        CUBLAS_GEMM_DEFAULT);
@@ -119,7 +62,7 @@ Ceilings measure_ceilings() {
   Buffer r(bytes), sink(4);
   check(cudaMemset(r.p, 1, bytes), "cudaMemset");
   const double ms = median_ms(
-      [&] {
+      [&](int) {
         read_all<<<132 * 16, 512>>>(static_cast<const uint4*>(r.p), std::int64_t(bytes / 16),
                                     static_cast<unsigned*>(sink.p));
       },
@@ -205,9 +148,9 @@ Row run_config(const Config& c, flashkit::Algo algo, const char* impl, int reps)
   const std::size_t elems = std::size_t(c.batch()) * c.n * c.heads() * c.d;
   Buffer q(elems * 2), k(elems * 2), v(elems * 2), o(elems * 2);
   const std::uint32_t seed = std::uint32_t(c.d * 131 + c.n);
-  fill_random<<<1024, 256>>>(static_cast<__nv_bfloat16*>(q.p), std::int64_t(elems), seed);
-  fill_random<<<1024, 256>>>(static_cast<__nv_bfloat16*>(k.p), std::int64_t(elems), seed + 1);
-  fill_random<<<1024, 256>>>(static_cast<__nv_bfloat16*>(v.p), std::int64_t(elems), seed + 2);
+  fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(q.p), std::int64_t(elems), seed);
+  fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(k.p), std::int64_t(elems), seed + 1);
+  fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(v.p), std::int64_t(elems), seed + 2);
   check(cudaMemset(o.p, 0xFF, elems * 2), "poison");
   using flashkit::Device;
   using flashkit::DType;
@@ -223,16 +166,9 @@ Row run_config(const Config& c, flashkit::Algo algo, const char* impl, int reps)
   flashkit::attention_forward(a);
   check(cudaDeviceSynchronize(), impl);
   Row r{impl, c, 0, 0, sampled_error(c, q.p, k.p, v.p, o.p)};
-  r.ms = median_ms([&] { flashkit::attention_forward(a); }, 3, reps);
+  r.ms = median_ms([&](int) { flashkit::attention_forward(a); }, 3, reps);
   r.tflops = c.flops() / (r.ms * 1e-3) / 1e12;
   return r;
-}
-
-std::string now_utc() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 void write_json(const std::string& path, const std::string& suite, const std::string& commit,
