@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <random>
 #include <set>
+#include <string>
 
 #include "core/mask_rules.hpp"
 #include "cuda/sm80/kv_block_range.hpp"
+#include "random_mask_rule.hpp"
 
 namespace flashkit::testing {
 namespace {
@@ -52,20 +54,11 @@ void check(const core::MaskRule& rule, std::int64_t len_q, std::int64_t len_k, i
 
 TEST(KvBlockRange, VisitsEveryVisibleKeyAndMasksEveryPartialBlock) {
   std::mt19937 rng(5);
-  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   for (int trial = 0; trial < 400; ++trial) {
-    core::MaskRule rule;
-    rule.causal = pick(0, 1) == 1;
-    rule.bottom_right = pick(0, 1) == 1;
-    rule.window_left = pick(0, 2) == 0 ? -1 : pick(0, 150);
-    rule.window_right = pick(0, 2) == 0 ? -1 : pick(0, 150);
-    rule.prefix_len = pick(0, 2) == 0 ? pick(0, 300) : 0;
-    const std::int64_t len_q = pick(1, 300), len_k = pick(0, 300);
-    SCOPED_TRACE(::testing::Message()
-                 << "trial " << trial << " causal " << rule.causal << " br " << rule.bottom_right
-                 << " window " << rule.window_left << "," << rule.window_right << " prefix "
-                 << rule.prefix_len << " len " << len_q << "x" << len_k);
-    check(rule, len_q, len_k, 128, pick(0, 1) == 1 ? 64 : 128);
+    const core::MaskRule rule = random_mask_rule(rng);
+    const std::int64_t len_q = pick(rng, 1, 300), len_k = pick(rng, 0, 300);
+    SCOPED_TRACE("trial " + std::to_string(trial) + " " + describe(rule, len_q, len_k));
+    check(rule, len_q, len_k, 128, pick(rng, 0, 1) == 1 ? 64 : 128);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
