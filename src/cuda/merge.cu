@@ -1,13 +1,19 @@
-// merge_states on CUDA: one warp per (token, head) combines the S partial states with the
-// weights of core::merge_weights (the same split-K, cascade and ring attention use).
-#include <cstdint>
-#include <limits>
+// merge_states on CUDA: one warp per (token, head, 32 elements of the head dim) combines the S
+// partial states with the weights of core::merge_weights, in its warp form (common/warp_merge.cuh,
+// shared with the paged decode's split merge).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "core/validate.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device.hpp"
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/warp_merge.cuh"
 #include "cuda/cuda_backend.hpp"
-#include "cuda/ptx/warp_reduce.cuh"
 
 namespace flashkit::cuda {
 
@@ -19,45 +25,36 @@ struct MergeParams {
   void* out;
   float* out_lse;  // null: not asked for
   std::int64_t so_stride[4], sl_stride[3], o_stride[3], ol_stride[2];
-  int states, tokens, heads, dim;
+  int states, tokens, heads, dim, chunks;  // chunks: 32-element pieces of the head dim
   DType in_dtype, out_dtype;
 };
 
-// The S-way form of core::merge_weights: with m = max_s lse_s and w_s = exp(lse_s - m),
-// o = sum_s w_s o_s / sum_s w_s and lse = m + log(sum_s w_s). Folding the states pairwise (as the
-// CPU does) chains every load behind the previous state's weights: with 10 states and d = 128,
-// 40 dependent global loads per warp, a latency-bound kernel on a decode batch (cascade merges
-// up to 17 states). Here the lse loads, then the o loads, are independent of each other.
-__global__ void merge_kernel(MergeParams p) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const std::int64_t pair = std::int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (pair >= std::int64_t(p.tokens) * p.heads) return;
+constexpr int kWarps = 4;
+// States whose loads are in flight together: cascade merges up to 17 (its shared level's key
+// splits and the suffix), ring attention one per rank.
+constexpr int kRound = 32;
+
+// A warp per (token, head, chunk): lane l owns element chunk * 32 + l, so the warp's load of one
+// state is 128 contiguous bytes of f32 states. State: the states' element type (no run-time dtype
+// switch inside the unrolled loads).
+template <class State>
+__global__ void __launch_bounds__(32 * kWarps) merge_kernel(const __grid_constant__ MergeParams p) {
+  const std::int64_t item = std::int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (item >= std::int64_t(p.tokens) * p.heads * p.chunks) return;  // warp-uniform
+  const std::int64_t pair = item / p.chunks;
+  const int chunk = int(item % p.chunks), e = chunk * 32 + int(threadIdx.x % 32);
   const std::int64_t t = pair / p.heads, h = pair % p.heads;
   const float* lse = p.states_lse + t * p.sl_stride[1] + h * p.sl_stride[2];
-  float m = kNegInf;
-  for (int s = lane; s < p.states; s += 32) m = fmaxf(m, lse[s * p.sl_stride[0]]);
-  m = ptx::warp_max(m);
-  // exp(lse_s - m) for a state that saw no key (-inf) is 0: it weighs nothing and its o (which
-  // may be anything) is never used.
-  auto weight = [&](int s) { return m == kNegInf ? 0.0f : expf(lse[s * p.sl_stride[0]] - m); };
-  float l = 0.0f;
-  for (int s = lane; s < p.states; s += 32) l += weight(s);
-  l = ptx::warp_sum(l);
-  const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-  const std::int64_t o0 = t * p.so_stride[1] + h * p.so_stride[2];
-  for (int e = lane; e < p.dim; e += 32) {
-    float o = 0.0f;
-#pragma unroll 4
-    for (int s = 0; s < p.states; ++s) {
-      const float w = weight(s);
-      const float o_s = load_as_float(p.states_o, p.in_dtype, o0 + s * p.so_stride[0] + e);
-      o += w > 0.0f ? w * o_s : 0.0f;
-    }
-    store_from_float(p.out, p.out_dtype, t * p.o_stride[0] + h * p.o_stride[1] + e, o * inv_l);
+  const State* o = static_cast<const State*>(p.states_o) + t * p.so_stride[1] + h * p.so_stride[2] +
+                   (e < p.dim ? e : 0) * p.so_stride[3];
+  float merged, merged_lse;
+  warp_merge<kRound>(p.states, lse, p.sl_stride[0], o, p.so_stride[0], e < p.dim, merged,
+                     merged_lse);
+  if (e < p.dim) {
+    store_from_float(p.out, p.out_dtype, t * p.o_stride[0] + h * p.o_stride[1] + e, merged);
   }
-  if (lane == 0 && p.out_lse != nullptr) {
-    p.out_lse[t * p.ol_stride[0] + h * p.ol_stride[1]] = l > 0.0f ? m + logf(l) : kNegInf;
+  if (e == 0 && p.out_lse != nullptr) {
+    p.out_lse[t * p.ol_stride[0] + h * p.ol_stride[1]] = merged_lse;
   }
 }
 
@@ -82,13 +79,30 @@ void merge(const MergeArgs& args, const core::MergeDims& dims) {
   p.tokens = int(dims.tokens);
   p.heads = int(dims.heads);
   p.dim = int(dims.head_dim);
+  p.chunks = int((dims.head_dim + 31) / 32);
   p.in_dtype = args.states_o.dtype();
   p.out_dtype = args.out.dtype();
-  const std::int64_t pairs = dims.tokens * dims.heads;
-  if (pairs == 0) return;
-  constexpr int kWarps = 8;
-  merge_kernel<<<unsigned((pairs + kWarps - 1) / kWarps), 32 * kWarps, 0,
-                 static_cast<cudaStream_t>(args.stream)>>>(p);
+  const std::int64_t items = dims.tokens * dims.heads * p.chunks;
+  if (items == 0) return;
+  if ((items + kWarps - 1) / kWarps > INT_MAX) {
+    core::fail(
+        "states_o.shape",
+        "fewer than 2^31 * " + std::to_string(kWarps) + " (token, head, 32 elements) items on cuda",
+        args.states_o.shape_str());
+  }
+  const unsigned blocks = unsigned((items + kWarps - 1) / kWarps);
+  const auto stream = static_cast<cudaStream_t>(args.stream);
+  switch (p.in_dtype) {
+    case DType::f16:
+      merge_kernel<__half><<<blocks, 32 * kWarps, 0, stream>>>(p);
+      break;
+    case DType::bf16:
+      merge_kernel<__nv_bfloat16><<<blocks, 32 * kWarps, 0, stream>>>(p);
+      break;
+    default:
+      merge_kernel<float><<<blocks, 32 * kWarps, 0, stream>>>(p);
+      break;
+  }
   check_launch("merge_states kernel");
 }
 

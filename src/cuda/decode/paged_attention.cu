@@ -89,8 +89,13 @@ void check_limits(const PagedAttentionArgs& a, const core::PagedDims& d) {
     core::fail("kv.block_table.shape[0]", "a batch <= 65535 on cuda", num(d.batch));
   }
   if (d.num_splits > 65535) core::fail("num_splits", "<= 65535 on cuda", num(d.num_splits));
+  // The split merge runs a warp per (query row, head, 32 elements), 4 warps per CTA.
+  const std::int64_t rows = d.varlen_q ? a.q.size(0) : d.batch * d.q_len;
+  if (d.num_splits > 1 && rows * d.heads_q * (d.head_dim / 32) / 4 >= INT_MAX) {
+    core::fail("q.shape", "fewer than 2^33 (query row, head, 32 elements) items to merge on cuda",
+               a.q.shape_str());
+  }
   if (d.num_splits > 1 && !a.workspace.defined()) {
-    const std::int64_t rows = d.varlen_q ? a.q.size(0) : d.batch * d.q_len;
     core::fail("workspace",
                num(core::paged_workspace_elems(d.num_splits, rows, d.heads_q, d.head_dim_v)) +
                    " f32 elements for " + num(d.num_splits) +
