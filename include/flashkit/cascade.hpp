@@ -43,6 +43,12 @@ struct CascadeAttentionArgs {
   // take the decode kernels. CPU: as paged_attention.
   Algo algo = Algo::automatic;
   void* stream = nullptr;
+  // CUDA, optional: a second stream (cudaStream_t) on q's device. Where the shared level leaves
+  // at least half of the SMs idle (short prefixes, small batches), the suffix level runs on it
+  // beside the shared level, forked from and joined back into `stream` with events: the call
+  // stays ordered on `stream` as a whole, and capturable. Where the shared level fills the GPU,
+  // the call stays on `stream` (measured slower on two; docs/kernels/cascade.md). CPU: ignored.
+  void* side_stream = nullptr;
 };
 
 // (1 + shared splits) * batch * q_len * heads_q * (head_dim_v + 1), the splits chosen so the

@@ -19,6 +19,7 @@
 // [heads, batch * q_len] (the shared level's layout as one sequence), so the states stack as
 // merge_states' [states, ...] with one stride.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -29,7 +30,9 @@
 #include "flashkit/error.hpp"
 
 #if FLASHKIT_HAVE_CUDA
+#include "cuda/common/device.hpp"
 #include "cuda/paged_fwd.hpp"
+#include "cuda/stream_wait.hpp"
 #endif
 
 namespace flashkit {
@@ -286,12 +289,25 @@ void merge(const CascadeAttentionArgs& a, const Workspace& ws, std::int64_t stat
 }
 
 #if FLASHKIT_HAVE_CUDA
+// FLASHKIT_CASCADE_SPLITS=N (benchmarks): at most N key splits for the shared level, never more
+// than the workspace holds.
+std::int64_t split_cap() {
+  const char* env = std::getenv("FLASHKIT_CASCADE_SPLITS");
+  if (env == nullptr) return kMaxSharedSplits;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  if (end == env || *end != '\0' || n < 1) {
+    fail("FLASHKIT_CASCADE_SPLITS", "a positive integer (or unset)", std::string("'") + env + "'");
+  }
+  return n;
+}
+
 // The prefix's keys in equal splits (multiples of the forward's KV block), as many as the
 // workspace holds and the block table's capacity fills with kMinSplitKeys each. The capacity
 // stands for the prefix length, which stays on the device.
 cuda::PagedFwdOptions shared_split(const Workspace& ws, const core::PagedDims& d) {
   const std::int64_t capacity = d.max_pages * d.page_size;
-  const std::int64_t most = max_shared_splits(ws.rows(), ws.d.heads);
+  const std::int64_t most = std::min(max_shared_splits(ws.rows(), ws.d.heads), split_cap());
   const std::int64_t keys = std::max(
       kMinSplitKeys, div_up(div_up(capacity, most), kSplitKeyMultiple) * kSplitKeyMultiple);
   cuda::PagedFwdOptions split;
@@ -301,6 +317,17 @@ cuda::PagedFwdOptions shared_split(const Workspace& ws, const core::PagedDims& d
   split.lse_stride = ws.lse_elems();
   split.pack_gqa = d.group() > 1;  // the level is non-causal: rows need no positions
   return split;
+}
+
+// CTAs of the shared level on tensor cores: query tiles (GQA groups packed) x kernel heads x key
+// splits. With at most half as many as the GPU has SMs, the suffix level runs beside it on a
+// side stream (cascade.hpp): measured at batch 64, prefix 1k (64 CTAs): 58.8 instead of 76.2 us.
+// Where the shared level fills the SMs (2 CTAs per SM at 255 registers), the suffix level's CTAs
+// find no room until it ends, and the fork cost 3-10 % (docs/kernels/cascade.md, v3).
+std::int64_t shared_ctas(const Workspace& ws, const core::PagedDims& d,
+                         const cuda::PagedFwdOptions& split) {
+  const std::int64_t pack = split.pack_gqa ? d.group() : 1;
+  return div_up(ws.rows() * pack, kTileRows) * (d.heads_q / pack) * split.key_splits;
 }
 
 // Both levels on the GPU, nothing read back: the shared level's key splits on tensor cores
@@ -318,12 +345,20 @@ void run_on_device(const CascadeAttentionArgs& a, const Workspace& ws) {
   validate_level(suffix, "suffix");
   if (ws.rows() == 0) return;
 
+  const bool fork =
+      a.side_stream != nullptr && a.side_stream != a.stream && tensor_cores &&
+      2 * shared_ctas(ws, shared_dims, split) <= cuda::multiprocessor_count(a.q.device());
+  if (fork) {
+    cuda::stream_wait(a.side_stream, a.stream);  // the suffix level's inputs are on `stream`
+    suffix.stream = a.side_stream;
+  }
   if (tensor_cores) {
     cuda::paged_fwd(shared, shared_dims, split);
   } else {
     paged_attention(shared);
   }
   paged_attention(suffix);
+  if (fork) cuda::stream_wait(a.stream, a.side_stream);
   merge(a, ws, split.key_splits + 1);
 }
 #else

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -73,7 +74,8 @@ PagedResult run_paged_gpu(const PagedCase& c, DType out_dtype, bool tensor_cores
   return {out.values(), lse_packed(lse, c)};
 }
 
-PagedResult run_cascade_gpu(const CascadeCase& c, DType out_dtype, Algo algo) {
+PagedResult run_cascade_gpu(const CascadeCase& c, DType out_dtype, Algo algo,
+                            void* side_stream = nullptr) {
   const PagedCase& p = c.plain;
   HostTensor out(out_dtype, p.out_shape()), lse(DType::f32, p.lse_shape());
   HostTensor ws = make_workspace(c);
@@ -96,6 +98,7 @@ PagedResult run_cascade_gpu(const CascadeCase& c, DType out_dtype, Algo algo) {
   a.suffix.block_table = suffix_table.view();
   a.suffix.seq_lens = suffix_lens.view();
   a.algo = algo;
+  a.side_stream = side_stream;
   cascade_attention(a);
   expect_device_ok();
   d_out.copy_to(out);
@@ -206,9 +209,33 @@ TEST(CudaCascade, ServingShape) {
   check_cascade_gpu(s);
 }
 
+// The suffix level on a second stream: the same kernels on the same inputs, so the same bits as
+// on one stream, for the tensor-core and the decode-kernel shared level and an empty prefix.
+TEST(CudaCascade, SideStreamGivesTheSameBits) {
+  cudaStream_t side;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+  for (std::int64_t prefix : {0, 700}) {
+    CascadeSpec s;
+    s.head_dim = 128;
+    s.group = 4;
+    s.prefix = prefix;
+    s.batch = 9;
+    SCOPED_TRACE(s.name());
+    const CascadeCase c = make_cascade_case(s);
+    for (Algo algo : {Algo::automatic, Algo::fa1}) {
+      const PagedResult one = run_cascade_gpu(c, DType::bf16, algo);
+      const PagedResult two = run_cascade_gpu(c, DType::bf16, algo, side);
+      EXPECT_EQ(one.out, two.out);
+      EXPECT_EQ(one.lse, two.lse);
+    }
+  }
+  cudaStreamDestroy(side);
+}
+
 // No allocation and no host synchronisation: the call records into a CUDA graph, and replaying
-// it computes what the oracle does.
-TEST(CudaCascade, IsCapturedInACudaGraph) {
+// it computes what the oracle does; with a side stream too, captured from a thread that never
+// called cascade before (its fork/join event is made during the capture).
+void check_captured(bool with_side_stream) {
   CascadeSpec s;
   s.head_dim = 128;
   s.group = 4;
@@ -239,6 +266,11 @@ TEST(CudaCascade, IsCapturedInACudaGraph) {
   a.suffix.block_table = suffix_table.view();
   a.suffix.seq_lens = suffix_lens.view();
   a.stream = stream;
+  cudaStream_t side = nullptr;
+  if (with_side_stream) {
+    ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+    a.side_stream = side;
+  }
   cudaGraph_t graph;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
   cascade_attention(a);
@@ -253,11 +285,24 @@ TEST(CudaCascade, IsCapturedInACudaGraph) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+  if (side != nullptr) cudaStreamDestroy(side);
   const PagedResult oracle = run_paged(p, Algo::reference, 1, DType::f64);
   const ForwardResult ref = plain_forward(contiguous_case(p, s.dtype));
   EXPECT_EQ("", check_close("out", out.values(), oracle.out, ref.out, kAtol));
   EXPECT_EQ("",
             check_lse(packed_lse(lse.values(), c.batch(), p.spec.heads_q, 1), oracle.lse, kLseTol));
+}
+
+TEST(CudaCascade, IsCapturedInACudaGraph) {
+  check_captured(false);
+}
+
+TEST(CudaCascade, IsCapturedWithASideStream) {
+  std::thread fresh([] {
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    check_captured(true);
+  });
+  fresh.join();
 }
 
 TEST(CudaCascade, MisalignedWorkspaceIsRefused) {

@@ -33,6 +33,15 @@ int current_device_capability(const std::string& argument, const Device& device)
   return major * 10 + minor;
 }
 
+int multiprocessor_count(const Device& device) {
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device.index) != cudaSuccess) {
+    cudaGetLastError();
+    return 1;
+  }
+  return sms > 0 ? sms : 1;
+}
+
 void check_cp_async_rows(const std::string& argument, const Tensor& t) {
   const auto address = reinterpret_cast<std::uintptr_t>(t.data());
   if (address % 16 != 0) {

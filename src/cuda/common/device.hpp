@@ -12,6 +12,9 @@ namespace flashkit::cuda {
 // surprise them). Throws flashkit::Error naming `<argument>.device` otherwise.
 int current_device_capability(const std::string& argument, const Device& device);
 
+// Streaming multiprocessors of `device` (an existing device; 1 if the query fails).
+int multiprocessor_count(const Device& device);
+
 // 16-byte cp.async copies of whole rows: the data pointer 16-byte aligned and every stride but
 // the last a multiple of 16 bytes.
 void check_cp_async_rows(const std::string& argument, const Tensor& t);

@@ -1,0 +1,35 @@
+#include "cuda/stream_wait.hpp"
+
+#include <cuda_runtime.h>
+
+#include <map>
+
+#include "cuda/common/cuda_check.hpp"
+
+namespace flashkit::cuda {
+
+namespace {
+
+// One event per (thread, device), recorded again by every call: cudaStreamWaitEvent waits for
+// the record made just before it, so a later record does not move an earlier wait. Never
+// destroyed: a thread's few events live as long as its CUDA context.
+cudaEvent_t thread_event() {
+  thread_local std::map<int, cudaEvent_t> events;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  cudaEvent_t& e = events[device];
+  if (e == nullptr) {
+    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  }
+  return e;
+}
+
+}  // namespace
+
+void stream_wait(void* waiting, void* signalling) {
+  const cudaEvent_t e = thread_event();
+  check_cuda(cudaEventRecord(e, static_cast<cudaStream_t>(signalling)), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiting), e, 0), "cudaStreamWaitEvent");
+}
+
+}  // namespace flashkit::cuda
