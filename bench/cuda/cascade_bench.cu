@@ -8,6 +8,8 @@
 //                           caching: every request's prefix read from its own pages)
 //   flashkit-cascade        cascade_attention: the prefix once on tensor cores, suffixes on the
 //                           decode kernels, merge_states
+//   flashkit-cascade-2stream the same with the suffix level on a second stream (side_stream),
+//                           concurrent with the shared level
 //   flashkit-cascade-decode the same with the shared level on the decode kernels (Algo::fa1),
 //                           the design the tensor-core path replaces
 // and, for the first configuration, two diagnostic rows that split the cascade's time: the same
@@ -24,6 +26,8 @@
 //
 //   flashkit_cascade_bench --out DIR [--commit SHA]   (writes DIR/cascade.json,
 //                                                      DIR/paged_prefill.json)
+//   flashkit_cascade_bench --out DIR --config B,P,S   (only cascade configs batch B, prefix P,
+//                          [--config ...]              suffix S: for profiling one shape)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -150,7 +154,7 @@ double reference_error(const Config& c, int b, const std::vector<std::int32_t>& 
 }
 
 std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_bytes, bool diagnose,
-                                           cudaStream_t stream) {
+                                           cudaStream_t stream, cudaStream_t side_stream) {
   const Device dev = Device::cuda(0);
   const std::int64_t unique_bytes =
       std::int64_t(c.prefix + std::int64_t(c.batch) * c.suffix) * kTokenElems * 2 * 2;
@@ -233,7 +237,8 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
     a.stream = stream;
     return [a] { flashkit::paged_attention(a); };
   };
-  auto cascade_call = [&](int s, flashkit::Algo algo, bool empty_prefix = false) {
+  auto cascade_call = [&](int s, flashkit::Algo algo, bool empty_prefix = false,
+                          cudaStream_t side = nullptr) {
     flashkit::CascadeAttentionArgs a;
     a.q = q_t;
     a.out = Tensor(out_cascade.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
@@ -251,6 +256,7 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
     a.mask.causal = true;
     a.algo = algo;
     a.stream = stream;
+    a.side_stream = side;
     return [a] { flashkit::cascade_attention(a); };
   };
 
@@ -268,6 +274,17 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
   for (std::size_t i = 0; i < h_paged.size(); ++i) {
     const double d = std::abs(bf16_bits(h_paged[i]) - bf16_bits(h_cascade[i]));
     diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+  }
+  // The two-stream call on the same inputs (the same kernels; only the streams differ).
+  check(cudaMemsetAsync(out_cascade.p, 0xFF, std::size_t(q_elems) * 2, stream), "poison");
+  cascade_call(0, flashkit::Algo::automatic, false, side_stream)();
+  check(cudaStreamSynchronize(stream), "two-stream call");
+  std::vector<std::uint16_t> h_two(h_paged.size());
+  check(cudaMemcpy(h_two.data(), out_cascade.p, h_two.size() * 2, cudaMemcpyDeviceToHost), "out");
+  double diff_two = 0;  // vs plain paged decode, as `diff`; equal to it when the bits match
+  for (std::size_t i = 0; i < h_paged.size(); ++i) {
+    const double d = std::abs(bf16_bits(h_paged[i]) - bf16_bits(h_two[i]));
+    diff_two = std::isnan(d) ? 1.0 : std::max(diff_two, d);
   }
   double ref_paged = 0, ref_cascade = 0;
   for (int b : {0, c.batch - 1}) {
@@ -292,10 +309,28 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
   rows.push_back({"flashkit-cascade", c,
                   per_set([&](int s) { return cascade_call(s, flashkit::Algo::automatic); }),
                   (c.prefix + double(c.batch) * c.suffix) * bpt, diff, ref_cascade});
+  rows.push_back({"flashkit-cascade-2stream", c, per_set([&](int s) {
+                    return cascade_call(s, flashkit::Algo::automatic, false, side_stream);
+                  }),
+                  (c.prefix + double(c.batch) * c.suffix) * bpt, diff_two, -1});
   rows.push_back({"flashkit-cascade-decode", c,
                   per_set([&](int s) { return cascade_call(s, flashkit::Algo::fa1); }),
                   (c.prefix + double(c.batch) * c.suffix) * bpt, -1, -1});
   if (diagnose) {
+    // The shared level's key splits capped (cascade.cpp's FLASHKIT_CASCADE_SPLITS), one stream
+    // and two: fewer splits write fewer partial states and leave SM room for the suffix level.
+    for (int cap : {8, 4}) {
+      const std::string n = std::to_string(cap);
+      setenv("FLASHKIT_CASCADE_SPLITS", n.c_str(), 1);
+      rows.push_back({"diag-cascade-splits" + n, c,
+                      per_set([&](int s) { return cascade_call(s, flashkit::Algo::automatic); }),
+                      (c.prefix + double(c.batch) * c.suffix) * bpt, -1, -1});
+      rows.push_back({"diag-cascade-2stream-splits" + n, c, per_set([&](int s) {
+                        return cascade_call(s, flashkit::Algo::automatic, false, side_stream);
+                      }),
+                      (c.prefix + double(c.batch) * c.suffix) * bpt, -1, -1});
+      unsetenv("FLASHKIT_CASCADE_SPLITS");
+    }
     rows.push_back({"diag-cascade-empty-prefix", c, per_set([&](int s) {
                       return cascade_call(s, flashkit::Algo::automatic, /*empty_prefix=*/true);
                     }),
@@ -406,14 +441,29 @@ std::string versions_json() {
 
 int main(int argc, char** argv) {
   std::string dir = ".", commit = "unknown";
+  std::vector<Config> configs = {{64, 4096, 256}, {16, 4096, 256},  {128, 4096, 256},
+                                 {64, 1024, 256}, {64, 16384, 256}, {64, 4096, 64},
+                                 {64, 4096, 512}, {16, 16384, 512}, {128, 1024, 64}};
+  bool chosen = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    Config c{};
     if (a == "--out" && i + 1 < argc) {
       dir = argv[++i];
     } else if (a == "--commit" && i + 1 < argc) {
       commit = argv[++i];
+    } else if (a == "--config" && i + 1 < argc &&
+               std::sscanf(argv[i + 1], "%d,%d,%d", &c.batch, &c.prefix, &c.suffix) == 3 &&
+               c.batch > 0 && c.prefix >= 0 && c.prefix % kPage == 0 && c.suffix > 0) {
+      if (!chosen) configs.clear();
+      chosen = true;
+      configs.push_back(c);
+      ++i;
     } else {
-      std::fprintf(stderr, "usage: %s --out DIR [--commit SHA]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s --out DIR [--commit SHA] [--config BATCH,PREFIX,SUFFIX ...]\n"
+                   "  (PREFIX a multiple of %d, SUFFIX >= 1)\n",
+                   argv[0], kPage);
       return 2;
     }
   }
@@ -422,17 +472,16 @@ int main(int argc, char** argv) {
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     cudaStream_t stream = nullptr;
     check(cudaStreamCreate(&stream), "cudaStreamCreate");
+    cudaStream_t side_stream = nullptr;  // cascade's suffix level, for the 2stream rows
+    check(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking), "cudaStreamCreate");
     const std::string head = std::string("\"commit\": \"") + commit + "\", \"date\": \"" +
                              now_utc() + "\", \"device\": \"" + prop.name +
                              "\",\n \"versions\": " + versions_json();
 
     std::vector<CascadeRow> rows;
-    const std::vector<Config> configs = {{64, 4096, 256}, {16, 4096, 256},  {128, 4096, 256},
-                                         {64, 1024, 256}, {64, 16384, 256}, {64, 4096, 64},
-                                         {64, 4096, 512}, {16, 16384, 512}, {128, 1024, 64}};
     for (const Config& c : configs) {
       for (CascadeRow& r : run_cascade_config(c, prop.multiProcessorCount, double(prop.l2CacheSize),
-                                              &c == &configs[0], stream)) {
+                                              &c == &configs[0], stream, side_stream)) {
         rows.push_back(r);
       }
     }
@@ -469,6 +518,11 @@ int main(int argc, char** argv) {
     f << "\n]}\n";
     f.close();
 
+    cudaStreamDestroy(side_stream);
+    if (chosen) {
+      cudaStreamDestroy(stream);
+      return ok ? 0 : 1;
+    }
     std::vector<PrefillRow> prefill;
     for (int q_len : {1, 4, 16, 64, 256, 1024}) {
       for (PrefillRow& r : run_prefill_config(4, 4096, q_len, stream)) prefill.push_back(r);

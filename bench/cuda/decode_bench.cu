@@ -7,7 +7,8 @@
 // against a double-precision host reference before the time is kept, and the streaming-read
 // ceiling (16-byte loads over 8 GiB) is measured in the same run. Writes BENCH.md's schema.
 //
-//   flashkit_decode_bench --out FILE.json [--commit SHA] [--no-ceiling]
+//   flashkit_decode_bench --out FILE.json [--commit SHA] [--no-ceiling] [--config B,KV ...]
+// (--config: only these (batch, kv_len) pairs, e.g. to profile one shape)
 //
 // GB/s counts the K and V bytes: 2 * batch * kv_len * kv_heads * d * bytes per element (the f32
 // e4m3 scales, 4 bytes per 16-token page and head, add 0.2 % and are not counted).
@@ -287,17 +288,30 @@ void write_json(const std::string& path, const std::string& commit, const std::s
 int main(int argc, char** argv) {
   std::string out = "decode.json", commit = "unknown";
   bool ceiling = true;
+  std::vector<std::pair<int, int>> shapes = {{1, 32768}, {16, 8192}, {64, 4096}, {128, 2048}};
+  bool chosen = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
-    if (a == "--out" && has_value) {
+    std::pair<int, int> shape{};
+    if (a == "--config" && has_value &&
+        std::sscanf(argv[i + 1], "%d,%d", &shape.first, &shape.second) == 2 && shape.first > 0 &&
+        shape.second > 0) {
+      if (!chosen) shapes.clear();
+      chosen = true;
+      shapes.push_back(shape);
+      ++i;
+    } else if (a == "--out" && has_value) {
       out = argv[++i];
     } else if (a == "--commit" && has_value) {
       commit = argv[++i];
     } else if (a == "--no-ceiling") {
       ceiling = false;
     } else {
-      std::fprintf(stderr, "usage: %s --out FILE.json [--commit SHA] [--no-ceiling]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s --out FILE.json [--commit SHA] [--no-ceiling] [--config BATCH,KV_LEN "
+                   "...]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -311,8 +325,7 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     for (bool fp8 : {false, true}) {
       for (int page_size : {16, 256}) {
-        for (auto [batch, kv_len] :
-             {std::pair<int, int>{1, 32768}, {16, 8192}, {64, 4096}, {128, 2048}}) {
+        for (auto [batch, kv_len] : shapes) {
           rows.push_back(run_config({batch, kv_len, page_size, fp8}, prop.multiProcessorCount,
                                     double(prop.l2CacheSize), stream));
         }
