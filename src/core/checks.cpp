@@ -1,7 +1,7 @@
 #include "core/checks.hpp"
 
 #include <cmath>
-#include <sstream>
+#include <cstdio>
 
 #include "core/validate.hpp"
 
@@ -9,6 +9,15 @@ namespace flashkit::core {
 
 std::string num(std::int64_t v) {
   return std::to_string(v);
+}
+
+// snprintf rather than an ostringstream: formatting a float through iostreams crashed inside
+// the Python module on the GPU machine (torch loaded in the same process), and error paths must
+// not crash.
+std::string num_real(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
 }
 
 void expect_defined(const std::string& name, const Tensor& t) {
@@ -70,9 +79,7 @@ MaskRule check_mask(const Mask& mask, std::int64_t batch, std::int64_t heads_q,
   }
   if (mask.prefix_len < 0) fail("mask.prefix_len", ">= 0", num(mask.prefix_len));
   if (!(mask.softcap >= 0.0f) || !std::isfinite(mask.softcap)) {
-    std::ostringstream got;
-    got << mask.softcap;
-    fail("mask.softcap", "a finite value >= 0 (0 turns it off)", got.str());
+    fail("mask.softcap", "a finite value >= 0 (0 turns it off)", num_real(mask.softcap));
   }
   const Tensor& slopes = mask.alibi_slopes;
   if (slopes.defined()) {

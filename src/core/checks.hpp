@@ -11,6 +11,7 @@
 namespace flashkit::core {
 
 std::string num(std::int64_t v);
+std::string num_real(double v);  // %g
 void expect_defined(const std::string& name, const Tensor& t);
 void expect_rank(const std::string& name, const Tensor& t, int rank);
 // `why` says where the wanted size comes from ("heads_q", "the tokens of k").

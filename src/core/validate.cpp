@@ -3,7 +3,6 @@
 #include "core/checks.hpp"
 
 #include <cmath>
-#include <sstream>
 #include <vector>
 
 #include "flashkit/error.hpp"

@@ -4,7 +4,6 @@
 // device-resident table cannot be read without a synchronisation; the CUDA kernels trust it.)
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <string>
 
 #include "core/checks.hpp"
@@ -105,11 +104,9 @@ void check_scales_of(const PagedKV& kv, const CacheShape& c, std::int64_t b, std
       for (std::int64_t h = 0; h < c.heads_kv; ++h) {
         const float v = s->data_as<const float>()[page * s->stride(0) + h * s->stride(1)];
         if (!(v > 0.0f) || !std::isfinite(v)) {
-          std::ostringstream got;
-          got << v;
           fail(std::string(s == &kv.k_scale ? "kv.k_scale" : "kv.v_scale") + "[" + num(page) +
                    ", " + num(h) + "]",
-               "a finite scale > 0 (appended values are divided by it)", got.str());
+               "a finite scale > 0 (appended values are divided by it)", num_real(v));
         }
       }
     }
