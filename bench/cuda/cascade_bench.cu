@@ -12,8 +12,10 @@
 //                           concurrent with the shared level
 //   flashkit-cascade-decode the same with the shared level on the decode kernels (Algo::fa1),
 //                           the design the tensor-core path replaces
-// and, for the first configuration, two diagnostic rows that split the cascade's time: the same
-// call with an empty prefix (suffix level, merge, launches) and the suffix level alone.
+// and, for the first configuration, diagnostic rows: the shared level's key splits capped at 8
+// and 4 (FLASHKIT_CASCADE_SPLITS), on one stream and on two; and two that split the cascade's
+// time: the same call with an empty prefix (suffix level, merge, launches) and the suffix level
+// alone.
 // Each call is captured in a CUDA graph and timed with CUDA events after a warm-up, median of
 // 30; the pool is rotated over copies when one is under 3x the L2. The cascade's output is
 // checked against plain paged decode's (every element) and both against a double-precision host
