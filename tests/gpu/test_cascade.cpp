@@ -305,6 +305,31 @@ TEST(CudaCascade, IsCapturedWithASideStream) {
   fresh.join();
 }
 
+// FLASHKIT_CASCADE_SPLITS caps the shared level's key splits (a benchmark knob): every cap gives
+// the oracle's answer, and a value that is not a positive integer is refused by name.
+TEST(CudaCascade, SplitCapKeepsTheAnswerAndRefusesBadValues) {
+  struct Unset {  // the cap must not outlive this test, whatever fails in it
+    ~Unset() { unsetenv("FLASHKIT_CASCADE_SPLITS"); }
+  } unset;
+  CascadeSpec s;
+  s.head_dim = 128;
+  s.group = 4;
+  s.prefix = 2100;
+  s.batch = 5;
+  for (const char* cap : {"1", "3", "1000"}) {
+    SCOPED_TRACE(std::string("FLASHKIT_CASCADE_SPLITS=") + cap);
+    setenv("FLASHKIT_CASCADE_SPLITS", cap, 1);
+    check_cascade_gpu(s);
+  }
+  const CascadeCase c = make_cascade_case(s);
+  for (const char* bad : {"0", "-2", "four", "3x"}) {
+    SCOPED_TRACE(bad);
+    setenv("FLASHKIT_CASCADE_SPLITS", bad, 1);
+    expect_error([&] { run_cascade_gpu(c, DType::bf16, Algo::automatic); },
+                 "FLASHKIT_CASCADE_SPLITS", "a positive integer");
+  }
+}
+
 TEST(CudaCascade, MisalignedWorkspaceIsRefused) {
   CascadeSpec s;
   s.head_dim = 128;
