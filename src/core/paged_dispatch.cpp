@@ -9,8 +9,7 @@
 #include "flashkit/paged.hpp"
 
 #if FLASHKIT_HAVE_CUDA
-#include <cuda_runtime.h>
-
+#include "cuda/common/device.hpp"
 #include "cuda/decode/decode_backend.hpp"
 #include "cuda/paged_fwd.hpp"
 #endif
@@ -38,12 +37,7 @@ void expect_at_least(const char* name, std::int64_t value, std::int64_t least) {
 int processors(const Device& device) {
   if (device.is_cpu()) return cpu::num_threads();
 #if FLASHKIT_HAVE_CUDA
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device.index) != cudaSuccess) {
-    cudaGetLastError();  // a bad device is the backend's to report, with the argument's name
-    return 1;
-  }
-  return std::max(sms, 1);
+  return cuda::multiprocessor_count(device);  // 1 for a bad device: the backend reports it, named
 #else
   return 1;  // CUDA tensors are refused right after validation
 #endif
