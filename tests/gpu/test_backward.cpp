@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -237,6 +238,33 @@ TEST(CudaBackwardEdges, DeterministicRepeatsAreBitIdentical) {
     EXPECT_EQ(a.dq.values(), b.dq.values());
     EXPECT_EQ(a.dk.values(), b.dk.values());
     EXPECT_EQ(a.dv.values(), b.dv.values());
+  }
+}
+
+// FLASHKIT_BWD_SMEM_LIMIT_KB=163 gives the head dims whose dK/dV tile grows with shared memory
+// (d = 256: 64 x 32 instead of 64 x 64) the shapes of a 163 KB sm80 device; they meet the oracle
+// too, and a bad value is refused by name.
+TEST(CudaBackwardEdges, SmallSharedMemoryShapesMatchOracleAndBadLimitsAreRefused) {
+  struct Unset {
+    ~Unset() { unsetenv("FLASHKIT_BWD_SMEM_LIMIT_KB"); }
+  } unset;
+  setenv("FLASHKIT_BWD_SMEM_LIMIT_KB", "163", 1);
+  for (MaskKind mask : kAllMasks) {
+    CaseSpec s = varlen_spec(DType::bf16, 256, 4);
+    apply_mask(s, mask);
+    SCOPED_TRACE(s.name());
+    const CaseData c = make_case(s);
+    expect_grads_match(c, run_backward(c, DType::bf16));
+  }
+  const CaseData c = make_case(varlen_spec(DType::bf16, 256, 2));
+  for (const char* bad : {"0", "-4", "16x", ""}) {
+    setenv("FLASHKIT_BWD_SMEM_LIMIT_KB", bad, 1);
+    try {
+      run_backward(c, DType::bf16);
+      ADD_FAILURE() << "no error for '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), "FLASHKIT_BWD_SMEM_LIMIT_KB") << e.what();
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // Block skipping of the tensor-core backward's dK/dV kernel (bwd/query_block_range.hpp) against
 // core::key_visible, element by element, on the host: every query that sees a key of the block
 // lies in a visited query block, and the first and last visited blocks each hold such a query
-// (the range is tight, so no work is wasted at its ends).
+// (the range is tight, so no work is wasted at its ends); and a query block skips the element
+// mask exactly when every one of its rows sees every key of the block.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -40,10 +41,19 @@ void check(const core::MaskRule& rule, std::int64_t len_q, std::int64_t len_k, i
       ASSERT_EQ(range.first, first_seen / block_m) << "keys " << j0;
       ASSERT_EQ(range.last, last_seen / block_m) << "keys " << j0;
     }
+    for (std::int64_t i0 = 0; i0 < len_q; i0 += block_m) {
+      bool full = true;
+      for (std::int64_t i = i0; i < std::min<std::int64_t>(i0 + block_m, len_q); ++i) {
+        for (std::int64_t j = j0; j <= j1; ++j)
+          full = full && core::key_visible(rule, i + shift, j, len_k);
+      }
+      ASSERT_EQ(!range.needs_mask(int(i0 / block_m)), full)
+          << "query block " << i0 / block_m << ", keys " << j0 << ".." << j1;
+    }
   }
 }
 
-TEST(QueryBlockRange, VisitsEveryQueryThatSeesTheKeysAndNoMore) {
+TEST(QueryBlockRange, VisitsEveryQueryThatSeesTheKeysAndMasksOnlyPartialBlocks) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 400; ++trial) {
     const core::MaskRule rule = random_mask_rule(rng);

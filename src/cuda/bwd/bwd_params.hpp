@@ -33,4 +33,16 @@ FLASHKIT_HD std::int64_t dq_accum_row(const BwdParams& p, int b, const core::Seq
   return (token * p.f.heads_q + h) * p.f.head_dim;
 }
 
+// Row r of the [batch * heads_q, seqlen_q] D array (and of dq) as sequence b, head h and query i
+// of that sequence; false when i is past the sequence's length.
+FLASHKIT_HD bool query_row(const FwdParams& p, std::int64_t r, int& b, int& h, std::int64_t& i,
+                           core::SeqSpan& sp) {
+  const std::int64_t bh = r / p.seqlen_q;
+  i = r % p.seqlen_q;
+  b = int(bh / p.heads_q);
+  h = int(bh % p.heads_q);
+  sp = sequence_span(p, b);
+  return i < sp.len_q;
+}
+
 }  // namespace flashkit::cuda

@@ -5,7 +5,9 @@
 // Query i sees the band [lo(i), hi(i)] (core::key_band) plus the prefix [0, prefix_len). lo and
 // hi never decrease with i, so the rows whose band meets keys [key_first, key_last] are the
 // contiguous run with hi(i) >= key_first and lo(i) <= key_last: two binary searches (about 2 x 14
-// key_band evaluations per CTA at 16k queries).
+// key_band evaluations per CTA at 16k queries). The same searches with the block's ends swapped
+// give the rows that see *every* key of the block, so the kernel knows without any per-step
+// arithmetic which query blocks need no element mask.
 #pragma once
 
 #include <cstdint>
@@ -16,43 +18,76 @@
 namespace flashkit::cuda::sm80 {
 
 struct QueryBlockRange {
-  int first, last;  // query blocks first..last; last < first when none
+  int first, last;            // query blocks first..last; last < first when none
+  int full_first, full_last;  // blocks each of whose rows sees every key of the key block
   FLASHKIT_HD int count() const { return last >= first ? last - first + 1 : 0; }
+  // True when some row of query block m may not see some key of the block (keys past the
+  // sequence aside: the caller adds those).
+  FLASHKIT_HD bool needs_mask(int m) const { return m < full_first || m > full_last; }
 };
 
-// Keys key_first..key_last (key_last < len_k) of one sequence; query blocks of block_m rows.
-FLASHKIT_HD QueryBlockRange query_block_range(const core::MaskRule& rule, std::int64_t key_first,
-                                              std::int64_t key_last, std::int64_t len_q,
-                                              std::int64_t len_k, int block_m) {
-  if (len_q <= 0) return {0, -1};
-  const int all_last = int((len_q - 1) / block_m);
-  if (key_first < rule.prefix_len || !core::masks_anything(rule)) return {0, all_last};
-  const std::int64_t shift = core::diagonal_shift(rule, len_q, len_k);
-  // First row with hi(i) >= key_first, in [0, len_q] (len_q: none).
+namespace detail {
+
+// First row i in [0, len_q] with hi(i) >= key (len_q: none).
+FLASHKIT_HD std::int64_t first_row_reaching(const core::MaskRule& rule, std::int64_t key,
+                                            std::int64_t shift, std::int64_t len_q,
+                                            std::int64_t len_k) {
   std::int64_t a = 0, b = len_q;
   while (a < b) {
     const std::int64_t mid = (a + b) / 2;
-    if (core::key_band(rule, mid + shift, len_k).hi >= key_first) {
+    if (core::key_band(rule, mid + shift, len_k).hi >= key) {
       b = mid;
     } else {
       a = mid + 1;
     }
   }
-  const std::int64_t first_row = a;
-  // Last row with lo(i) <= key_last, in [-1, len_q - 1] (-1: none).
-  a = -1;
-  b = len_q - 1;
+  return a;
+}
+
+// Last row i in [-1, len_q - 1] with lo(i) <= key (-1: none).
+FLASHKIT_HD std::int64_t last_row_reaching(const core::MaskRule& rule, std::int64_t key,
+                                           std::int64_t shift, std::int64_t len_q,
+                                           std::int64_t len_k) {
+  std::int64_t a = -1, b = len_q - 1;
   while (a < b) {
     const std::int64_t mid = (a + b + 1) / 2;
-    if (core::key_band(rule, mid + shift, len_k).lo <= key_last) {
+    if (core::key_band(rule, mid + shift, len_k).lo <= key) {
       a = mid;
     } else {
       b = mid - 1;
     }
   }
-  const std::int64_t last_row = a;
-  if (first_row > last_row) return {0, -1};
-  return {int(first_row / block_m), int(last_row / block_m)};
+  return a;
+}
+
+}  // namespace detail
+
+// Keys key_first..key_last (key_last < len_k) of one sequence; query blocks of block_m rows.
+FLASHKIT_HD QueryBlockRange query_block_range(const core::MaskRule& rule, std::int64_t key_first,
+                                              std::int64_t key_last, std::int64_t len_q,
+                                              std::int64_t len_k, int block_m) {
+  if (len_q <= 0) return {0, -1, 0, -1};
+  const int all_last = int((len_q - 1) / block_m);
+  if (key_last < rule.prefix_len || !core::masks_anything(rule)) return {0, all_last, 0, all_last};
+  QueryBlockRange r{0, all_last, 0, all_last};
+  const std::int64_t shift = core::diagonal_shift(rule, len_q, len_k);
+  if (key_first >= rule.prefix_len) {
+    // Rows that see some key: hi(i) >= key_first and lo(i) <= key_last.
+    const std::int64_t first_row = detail::first_row_reaching(rule, key_first, shift, len_q, len_k);
+    const std::int64_t last_row = detail::last_row_reaching(rule, key_last, shift, len_q, len_k);
+    if (first_row > last_row) return {0, -1, 0, -1};
+    r.first = int(first_row / block_m);
+    r.last = int(last_row / block_m);
+  }
+  // Rows that see every key: the prefix covers keys below prefix_len, so the band must reach
+  // from max(key_first, prefix_len) to key_last. A block is full when all its rows (those below
+  // len_q) are.
+  const std::int64_t lo_key = key_first > rule.prefix_len ? key_first : rule.prefix_len;
+  const std::int64_t full_a = detail::first_row_reaching(rule, key_last, shift, len_q, len_k);
+  const std::int64_t full_b = detail::last_row_reaching(rule, lo_key, shift, len_q, len_k);
+  r.full_first = int((full_a + block_m - 1) / block_m);
+  r.full_last = full_b == len_q - 1 ? all_last : int((full_b + 1) / block_m) - 1;
+  return r;
 }
 
 }  // namespace flashkit::cuda::sm80

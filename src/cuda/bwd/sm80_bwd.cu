@@ -4,17 +4,20 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "core/validate.hpp"
 #include "cuda/bwd/bwd_kernels.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device.hpp"
 #include "cuda/common/stream_buffer.hpp"
 
 namespace flashkit::cuda::sm80 {
 
 template <class Elem, int kHeadDim>
-void launch_bwd(const BwdParams& p, cudaStream_t stream);  // sm80_bwd_launch.cuh, per head dim
+void launch_bwd(const BwdParams& p, int smem_limit,
+                cudaStream_t stream);  // sm80_bwd_launch.cuh, per head dim
 
 namespace {
 
@@ -25,12 +28,13 @@ constexpr int kHeadDims[] = {
 #undef FLASHKIT_SM80_BWD_HEAD_DIM
 };
 
-void launch_for_head_dim(const BwdParams& p, cudaStream_t stream) {
+void launch_for_head_dim(const BwdParams& p, int smem_limit, cudaStream_t stream) {
   const bool f16 = p.f.in_dtype == DType::f16;
   switch (p.f.head_dim) {
-#define FLASHKIT_SM80_BWD_HEAD_DIM(d) \
-  case d:                             \
-    return f16 ? launch_bwd<__half, d>(p, stream) : launch_bwd<__nv_bfloat16, d>(p, stream);
+#define FLASHKIT_SM80_BWD_HEAD_DIM(d)                         \
+  case d:                                                     \
+    return f16 ? launch_bwd<__half, d>(p, smem_limit, stream) \
+               : launch_bwd<__nv_bfloat16, d>(p, smem_limit, stream);
 #include "cuda/bwd/sm80_bwd_head_dims.inc"
 #undef FLASHKIT_SM80_BWD_HEAD_DIM
     default:
@@ -42,6 +46,19 @@ void launch_for_head_dim(const BwdParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+int bwd_smem_limit() {
+  const int device = current_device_smem_optin();
+  const char* env = std::getenv("FLASHKIT_BWD_SMEM_LIMIT_KB");
+  if (env == nullptr) return device;
+  char* end = nullptr;
+  const long kb = std::strtol(env, &end, 10);
+  if (end == env || *end != '\0' || kb < 1) {
+    core::fail("FLASHKIT_BWD_SMEM_LIMIT_KB", "a positive integer (or unset)",
+               std::string("'") + env + "'");
+  }
+  return kb * 1024 < device ? int(kb * 1024) : device;
+}
+
 bool bwd_has_head_dim(int head_dim) {
   for (int d : kHeadDims) {
     if (d == head_dim) return true;
@@ -50,6 +67,7 @@ bool bwd_has_head_dim(int head_dim) {
 }
 
 void bwd(const BwdParams& params, bool deterministic, cudaStream_t stream) {
+  const int smem_limit = bwd_smem_limit();  // before any launch: it can refuse its setting
   const std::int64_t rows = std::int64_t(params.f.batch) * params.f.heads_q * params.f.seqlen_q;
   const std::int64_t accum =
       deterministic ? 0 : params.q_tokens * params.f.heads_q * params.f.head_dim;
@@ -58,12 +76,10 @@ void bwd(const BwdParams& params, bool deterministic, cudaStream_t stream) {
   BwdParams p = params;
   p.d_rows = d_rows.as<float>();
   p.dq_accum = dq_accum.as<float>();
+  // D, and the accumulator's rows zeroed in the same pass (every row the dK/dV kernel adds into
+  // and the conversion reads is a (sequence, head, query) row of D).
   if (rows > 0) launch_bwd_dot(p, stream);
-  if (accum > 0) {
-    check_cuda(cudaMemsetAsync(p.dq_accum, 0, std::size_t(accum) * sizeof(float), stream),
-               "sm80 backward: zeroing the dQ accumulator");
-  }
-  launch_for_head_dim(p, stream);
+  launch_for_head_dim(p, smem_limit, stream);
   if (accum > 0) launch_bwd_dq_convert(p, stream);
 }
 

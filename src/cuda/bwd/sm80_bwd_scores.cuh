@@ -73,6 +73,38 @@ __device__ __forceinline__ void prob_and_dscore(float& s_to_p, float& dp_to_ds, 
   dp_to_ds = prob * (dp_to_ds - st.d) * grad;
 }
 
+// A query row's statistics as the plain path consumes them: -lse2 and -D * scale, so an element
+// is P = exp2(fma(s, scale_log2, -lse2)) and dS = P * fma(dP, scale, -D * scale).
+struct PlainRow {
+  float neg_lse2, neg_d_scaled;
+};
+__device__ __forceinline__ PlainRow plain_row(const FwdParams& p, RowStats st) {
+  return {-st.lse2, -st.d * p.scale};
+}
+
+// prob_and_dscore for an element no mask edge reaches and no softcap or ALiBi shapes: two FMAs,
+// one ex2 and one multiply. A row past the sequence or one that saw no key has -lse2 = -inf and
+// gets P = dS = 0.
+__device__ __forceinline__ void plain_prob_and_dscore(float& s_to_p, float& dp_to_ds,
+                                                      const FwdParams& p, PlainRow row) {
+  const float prob = ptx::exp2_approx(fmaf(s_to_p, p.scale_log2, row.neg_lse2));
+  s_to_p = prob;
+  dp_to_ds = prob * fmaf(dp_to_ds, p.scale, row.neg_d_scaled);
+}
+
+// The plain element of a block that may cross a mask edge (kMasked): keys outside the row's band
+// get P = dS = 0 by a select, not a branch.
+template <bool kMasked>
+__device__ __forceinline__ void plain_element(float& s_to_p, float& dp_to_ds, const FwdParams& p,
+                                              PlainRow row, const RowBand& band, int col) {
+  plain_prob_and_dscore(s_to_p, dp_to_ds, p, row);
+  if constexpr (kMasked) {
+    const bool visible = band_sees(band, col);
+    s_to_p = visible ? s_to_p : 0.0f;
+    dp_to_ds = visible ? dp_to_ds : 0.0f;
+  }
+}
+
 // Two adjacent gradient elements (even column) in the gradient's dtype: f32, f16 or bf16.
 __device__ __forceinline__ void store_pair(void* base, DType dtype, std::int64_t offset, float x0,
                                            float x1) {

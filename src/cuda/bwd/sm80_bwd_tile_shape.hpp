@@ -20,20 +20,41 @@ struct BwdTileShape {
   WarpGrid sdp, dkv, dq;
 };
 
+constexpr int kSm80SmemLimit = 163 * 1024;  // the largest sm80 (A100) opt-in per CTA
+constexpr int kSm90SmemLimit = 227 * 1024;  // sm90 (H100, H200)
+
 // Per thread the dK and dV accumulators hold 2 * block_n * d / (32 * warps) fp32 values and S^T,
 // dP^T another 2 * block_n * block_m / (32 * warps) while they are live (ptxas -v figures in
 // docs/kernels/sm80_bwd.md):
-//   d <= 128: 128 keys x 64 queries, 8 warps: dK + dV 32..128 registers, S^T + dP^T 64 (FA2's
-//             sm80 shape for d = 128).
+//   d = 64:   128 keys x 128 queries, 8 warps: dK + dV 64 registers, S^T + dP^T 128 (FA2's sm80
+//             shape for d = 64): twice the queries per step halve the per-step costs (barriers,
+//             copies' address math, row statistics) against 128 x 64.
+//   d = 32, 96, 128: 128 x 64: dK + dV 32..128 registers, S^T + dP^T 64 (FA2's sm80 shape for
+//             d = 128; at d = 32, 128 x 128 spills 48 bytes).
 //   d = 192:  64 x 64: dK + dV 96, S^T + dP^T 32.
-//   d = 256:  64 x 32: dK + dV 128, S^T + dP^T 16; 32 queries keep shared memory at 136 KB with
-//             double-buffered Q and dO (64 queries would take 208 KB, past sm80's 163 KB).
+//   d = 256:  64 x 32 within sm80's 163 KB: dK + dV 128, S^T + dP^T 16, 137 KB with
+//             double-buffered Q and dO; 64 x 64 (208 KB) where a CTA may have 227 KB (sm90).
+// Warp grids: a warp's share of each GEMM is 32 x 32 or larger where the shape allows (d <= 64
+// and d = 128 S^T; 32 x 48..64 for dK/dV at d >= 192 and dQ at d >= 128), so each x4 ldmatrix
+// feeds 2 or more mma: 16 x 96 at d = 192, for instance, needs 7 loads per 12 mma, 32 x 48 five.
 // Shared memory: K, V (block_n x d), P^T and dS^T (block_n x block_m), two stages of Q and dO
 // (block_m x d), all 16-bit: 160 KB at d = 128 and 192.
-constexpr BwdTileShape bwd_tile_shape(int head_dim) {
-  if (head_dim <= 128) return {128, 64, 8, {4, 2}, {4, 2}, {4, 2}};
-  if (head_dim <= 192) return {64, 64, 8, {4, 2}, {4, 2}, {4, 2}};
+constexpr BwdTileShape bwd_tile_shape(int head_dim, int smem_limit) {
+  if (head_dim <= 32) return {128, 64, 8, {4, 2}, {4, 2}, {4, 2}};
+  if (head_dim <= 64) return {128, 128, 8, {4, 2}, {4, 2}, {4, 2}};
+  if (head_dim <= 96) return {128, 64, 8, {4, 2}, {4, 2}, {4, 2}};  // 96 / 4 is no n16 multiple
+  if (head_dim <= 128) return {128, 64, 8, {4, 2}, {4, 2}, {2, 4}};
+  if (head_dim <= 192) return {64, 64, 8, {4, 2}, {2, 4}, {2, 4}};
+  if (smem_limit >= kSm90SmemLimit) return {64, 64, 8, {4, 2}, {2, 4}, {2, 4}};
   return {64, 32, 8, {4, 2}, {4, 2}, {2, 4}};
+}
+
+// True when a CTA with more shared memory gets a different shape (so a second kernel is worth
+// compiling for it).
+constexpr bool bwd_shape_grows_with_smem(int head_dim) {
+  const BwdTileShape a = bwd_tile_shape(head_dim, kSm80SmemLimit);
+  const BwdTileShape b = bwd_tile_shape(head_dim, kSm90SmemLimit);
+  return a.block_n != b.block_n || a.block_m != b.block_m || a.warps != b.warps;
 }
 
 // The deterministic dQ kernel (no atomics): a CTA owns block_m queries of one head, one m16 tile
@@ -47,12 +68,11 @@ constexpr DqTileShape dq_tile_shape(int head_dim) {
   return {64, 32, 4};  // dQ alone is 96..128 registers
 }
 
-constexpr int kSm80SmemLimit = 163 * 1024;  // the largest sm80 (A100) opt-in per CTA
-
-template <class ElemT, int kHeadDim>
+// kSmemLimit: the shared memory a CTA may have on the devices the kernel is for.
+template <class ElemT, int kHeadDim, int kSmemLimit = kSm80SmemLimit>
 struct BwdTraits {
   using Elem = ElemT;
-  static constexpr BwdTileShape kShape = bwd_tile_shape(kHeadDim);
+  static constexpr BwdTileShape kShape = bwd_tile_shape(kHeadDim, kSmemLimit);
   static constexpr int kD = kHeadDim;
   static constexpr int kBlockN = kShape.block_n;
   static constexpr int kBlockM = kShape.block_m;
@@ -90,7 +110,7 @@ struct BwdTraits {
   static_assert(QTile::kUnitsTotal % kThreads == 0 && KvTile::kUnitsTotal % kThreads == 0,
                 "every thread copies the same number of 16-byte units");
   static_assert(kBlockM <= kThreads, "one thread per query row loads lse and D");
-  static_assert(kSmemBytes <= kSm80SmemLimit, "fits an sm80 CTA's shared memory");
+  static_assert(kSmemBytes <= kSmemLimit, "fits the CTA's shared memory");
 };
 
 template <class ElemT, int kHeadDim>

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/bwd/bwd_params.hpp"
 #include "cuda/bwd/query_block_range.hpp"
@@ -23,7 +24,6 @@
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/ptx/convert.cuh"
 #include "cuda/ptx/cp_async.cuh"
-#include "cuda/sm80/kv_block_range.hpp"
 #include "cuda/sm80/smem_copy.cuh"
 
 namespace flashkit::cuda::sm80 {
@@ -78,15 +78,22 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   copy_tile_async<KvTile, T::kThreads>(k_tile, k, p.k_layout.token_stride, keys);
   copy_tile_async<KvTile, T::kThreads>(v_tile, v, p.v_layout.token_stride, keys);
 
-  // Step s: query head hk * group + s / blocks, query block qb.first + (s + rot) % blocks. The
-  // rotation by key block spreads the CTAs of one head over different dQ rows at any moment:
-  // without it all of them start at the same query block and their atomics queue on the same L2
-  // lines.
+  // Step s visits query head hk * group + s / blocks and query block qb.first + (s + rot) %
+  // blocks, walked by a cursor (no integer division in the loop: two of them cost ~60
+  // instructions a step). The rotation by key block spreads the CTAs of one head over different
+  // dQ rows at any moment: without it all of them start at the same query block and their
+  // atomics queue on the same L2 lines.
   const int rot = blocks > 0 ? int(blockIdx.x) % blocks : 0;
-  auto head_of = [&](int s) { return hk * p.group() + s / blocks; };
-  auto row0_of = [&](int s) { return (qb.first + (s % blocks + rot) % blocks) * T::kBlockM; };
-  auto issue = [&](int s) {
-    const int h = head_of(s), row0 = row0_of(s), stage = s % T::kStages;
+  struct Cursor {
+    int head, block;
+  };
+  auto advance = [&](Cursor c) {
+    if (++c.block == qb.first + blocks) c.block = qb.first;
+    if (c.block == qb.first + rot) ++c.head;
+    return c;
+  };
+  auto issue = [&](Cursor c, int stage) {
+    const int h = c.head, row0 = c.block * T::kBlockM;
     const int rows = len_q - row0 < T::kBlockM ? len_q - row0 : T::kBlockM;
     const Elem* q =
         static_cast<const Elem*>(p.q) + core::element_offset(p.q_layout, b, sp.q_start, row0, h);
@@ -98,7 +105,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       stats(stage)[threadIdx.x] = row_stats(bp, b, sp, row0 + int(threadIdx.x), h);
     }
   };
-  if (steps > 0) issue(0);
+  Cursor cur{hk * p.group(), qb.first + rot};
+  Cursor next = steps > 1 ? advance(cur) : cur;
+  if (steps > 0) issue(cur, 0);
   ptx::cp_async_commit();
 
   float dk[kDkvMt][kDkvNt][4], dv[kDkvMt][kDkvNt][4];
@@ -111,6 +120,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int dkv_d0 = warp % T::kShape.dkv.cols * T::kDkvCols;
   const int dq_q0 = warp / T::kShape.dq.cols * T::kDqRows;
   const int dq_d0 = warp % T::kShape.dq.cols * T::kDqCols;
+  const std::int64_t dq_row_stride = std::int64_t(p.heads_q) * p.head_dim;
   // Per-lane operand offsets (sm80_warp_gemm.cuh).
   const int kv_a_lane = operand_lane<KvTile, true, Stored::k_contiguous>(lane);
   const int q_nk_lane = operand_lane<QTile, false, Stored::k_contiguous>(lane);
@@ -124,12 +134,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   ctx.shift = core::diagonal_shift(p.mask, len_q, len_k);
   ctx.len_k = len_k;
   ctx.mods = p.has_score_mods();
-
   for (int s = 0; s < steps; ++s) {
-    const int stage = s % T::kStages, h = head_of(s), row0 = row0_of(s);
+    const int stage = s % T::kStages, h = cur.head, row0 = cur.block * T::kBlockM;
     ptx::cp_async_wait<0>();
     __syncthreads();  // step s's Q, dO, stats visible; every warp is past step s - 1
-    if (s + 1 < steps) issue(s + 1);
+    if (s + 1 < steps) issue(next, (s + 1) % T::kStages);
     ptx::cp_async_commit();
 
     // A: S^T and dP^T, then P^T and dS^T into shared memory.
@@ -145,28 +154,54 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                       sdp_q0);
       ctx.row0 = row0;
       ctx.slope = alibi_slope(p, b, h);
-      const int last_row = (row0 + T::kBlockM < len_q ? row0 + T::kBlockM : len_q) - 1;
-      ctx.masked = kv_block_range(p.mask, row0, last_row, len_q, len_k, T::kBlockN)
-                       .needs_mask(int(blockIdx.x));
+      ctx.masked = keys < T::kBlockN || qb.needs_mask(cur.block);  // keys past the end, or an edge
       const RowStats* row_st = stats(stage);
+      // Plain scores take 4 instructions an element, plus the band test and a select on a block
+      // that crosses a mask edge; the general path (softcap, ALiBi) costs ~17 with its
+      // per-element branches. One uniform branch picks the variant.
+      auto plain_scores = [&](auto masked_tag) {
+        constexpr bool kMasked = decltype(masked_tag)::value;
 #pragma unroll
-      for (int nt = 0; nt < kSdpNt; ++nt)
+        for (int nt = 0; nt < kSdpNt; ++nt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int q = sdp_q0 + nt * 8 + 2 * t + e;  // this element's query (a column of S^T)
-          const RowStats rs = row_st[q];
-          RowBand band{0, 0, 0};
-          if (ctx.masked) band = row_band(p, ctx, q);
+          for (int e = 0; e < 2; ++e) {
+            const int q = sdp_q0 + nt * 8 + 2 * t + e;  // this element's query (a column of S^T)
+            const PlainRow row = plain_row(p, row_st[q]);
+            RowBand band{0, 0, 0};
+            if constexpr (kMasked) band = row_band(p, ctx, q);
 #pragma unroll
-          for (int mt = 0; mt < kSdpMt; ++mt)
+            for (int mt = 0; mt < kSdpMt; ++mt)
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int key = sdp_key0 + mt * 16 + half * 8 + g;
-              const bool visible = !ctx.masked || band_sees(band, key);
-              prob_and_dscore(st[mt][nt][2 * half + e], dpt[mt][nt][2 * half + e], p, ctx, rs, q,
-                              key, visible);
-            }
-        }
+              for (int half = 0; half < 2; ++half) {
+                plain_element<kMasked>(st[mt][nt][2 * half + e], dpt[mt][nt][2 * half + e], p, row,
+                                       band, sdp_key0 + mt * 16 + half * 8 + g);
+              }
+          }
+      };
+      if (!ctx.mods && !ctx.masked) {
+        plain_scores(std::false_type{});
+      } else if (!ctx.mods) {
+        plain_scores(std::true_type{});
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < kSdpNt; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int q = sdp_q0 + nt * 8 + 2 * t + e;  // this element's query (a column of S^T)
+            const RowStats rs = row_st[q];
+            RowBand band{0, 0, 0};
+            if (ctx.masked) band = row_band(p, ctx, q);
+#pragma unroll
+            for (int mt = 0; mt < kSdpMt; ++mt)
+#pragma unroll
+              for (int half = 0; half < 2; ++half) {
+                const int key = sdp_key0 + mt * 16 + half * 8 + g;
+                const bool visible = !ctx.masked || band_sees(band, key);
+                prob_and_dscore(st[mt][nt][2 * half + e], dpt[mt][nt][2 * half + e], p, ctx, rs, q,
+                                key, visible);
+              }
+          }
+      }
 #pragma unroll
       for (int mt = 0; mt < kSdpMt; ++mt)
 #pragma unroll
@@ -196,21 +231,26 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if (bp.dq_accum != nullptr) {
       float dq[kDqMt][kDqNt][4];
       zero(dq);
+      // Rows of the accumulator are heads_q * d floats apart: one base a step plus row offsets,
+      // not a dq_accum_row per row (~40 instructions a step).
+      float* const dq_block = bp.dq_accum + dq_accum_row(bp, b, sp, row0, h);
       warp_gemm<Elem, kDqMt, kDqNt, T::kBlockN, PTile, Stored::k_rows, KvTile, Stored::k_rows>(
           dq, ds_tile, p_km_lane, dq_q0, k_tile, kv_kn_lane, dq_d0);
 #pragma unroll
       for (int mt = 0; mt < kDqMt; ++mt)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int i = row0 + dq_q0 + mt * 16 + half * 8 + g;
-          if (i >= len_q) continue;
-          float* dst = bp.dq_accum + dq_accum_row(bp, b, sp, i, h) + dq_d0 + 2 * t;
+          const int r = dq_q0 + mt * 16 + half * 8 + g;
+          if (row0 + r >= len_q) continue;
+          float* dst = dq_block + r * dq_row_stride + dq_d0 + 2 * t;
 #pragma unroll
           for (int nt = 0; nt < kDqNt; ++nt) {
             add_pair(dst + nt * 8, dq[mt][nt][2 * half], dq[mt][nt][2 * half + 1]);
           }
         }
     }
+    cur = next;
+    next = advance(next);
   }
   ptx::cp_async_wait<0>();  // no copy outlives the CTA (steps == 0 leaves K and V in flight)
 

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/bwd/bwd_params.hpp"
 #include "cuda/bwd/sm80_bwd_scores.cuh"
@@ -71,6 +72,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) dq_kernel(const __grid_constan
   // This thread's rows: warp * 16 + g and + 8.
   const RowStats st[2] = {row_stats(bp, b, sp, row0 + warp * 16 + g, h),
                           row_stats(bp, b, sp, row0 + warp * 16 + 8 + g, h)};
+  const PlainRow plain[2] = {plain_row(p, st[0]), plain_row(p, st[1])};
   BwdScoreContext ctx;
   ctx.row0 = row0;
   ctx.shift = core::diagonal_shift(p.mask, len_q, len_k);
@@ -100,20 +102,42 @@ __global__ void __launch_bounds__(T::kThreads, 1) dq_kernel(const __grid_constan
         dp, do_tile, q_a_lane, warp * 16, v_tile(stage), kv_nk_lane, 0);
     ctx.col0 = std::int64_t(n) * T::kBlockN;
     ctx.masked = range.needs_mask(n);
+    // The variants of sm80_dkdv_kernel.cuh: plain, plain with the band test, general.
+    auto plain_scores = [&](auto masked_tag) {
+      constexpr bool kMasked = decltype(masked_tag)::value;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = warp * 16 + half * 8 + g;
-      RowBand band{0, 0, 0};
-      if (ctx.masked) band = row_band(p, ctx, row);
+      for (int half = 0; half < 2; ++half) {
+        RowBand band{0, 0, 0};
+        if constexpr (kMasked) band = row_band(p, ctx, warp * 16 + half * 8 + g);
 #pragma unroll
-      for (int nt = 0; nt < kNt; ++nt)
+        for (int nt = 0; nt < kNt; ++nt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = nt * 8 + 2 * t + e;
-          const bool visible = !ctx.masked || band_sees(band, col);
-          prob_and_dscore(s[0][nt][2 * half + e], dp[0][nt][2 * half + e], p, ctx, st[half], row,
-                          col, visible);
-        }
+          for (int e = 0; e < 2; ++e) {
+            plain_element<kMasked>(s[0][nt][2 * half + e], dp[0][nt][2 * half + e], p, plain[half],
+                                   band, nt * 8 + 2 * t + e);
+          }
+      }
+    };
+    if (!ctx.mods && !ctx.masked) {
+      plain_scores(std::false_type{});
+    } else if (!ctx.mods) {
+      plain_scores(std::true_type{});
+    } else {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = warp * 16 + half * 8 + g;
+        RowBand band{0, 0, 0};
+        if (ctx.masked) band = row_band(p, ctx, row);
+#pragma unroll
+        for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int col = nt * 8 + 2 * t + e;
+            const bool visible = !ctx.masked || band_sees(band, col);
+            prob_and_dscore(s[0][nt][2 * half + e], dp[0][nt][2 * half + e], p, ctx, st[half], row,
+                            col, visible);
+          }
+      }
     }
 
     // dQ += dS K: dS of n8 tiles 2kk, 2kk + 1 is the A fragment of k16 step kk.

@@ -42,6 +42,17 @@ int multiprocessor_count(const Device& device) {
   return sms > 0 ? sms : 1;
 }
 
+int current_device_smem_optin() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return bytes;
+}
+
 void check_cp_async_rows(const std::string& argument, const Tensor& t) {
   const auto address = reinterpret_cast<std::uintptr_t>(t.data());
   if (address % 16 != 0) {
