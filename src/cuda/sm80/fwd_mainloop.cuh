@@ -20,10 +20,10 @@
 namespace flashkit::cuda::sm80 {
 
 // S = Q K^T for one block: per k16 step, each warp's Q fragments once, then K fragments two n8
-// tiles at a time. With T::kFragmentsAhead each fragment is loaded one use ahead (two register
-// buffers), so an ldmatrix runs under the previous mma instead of in front of its own: with one
-// buffer every mma waited on the load just before it (ncu at d = 128: short-scoreboard stalls on
-// the first mma after each load were 16% of the samples, FA2's pipelined loop 7%).
+// tiles at a time. Each fragment is loaded one use ahead (two register buffers), so an ldmatrix
+// runs under the previous mma instead of in front of its own: with one buffer every mma waited
+// on the load just before it (ncu: short-scoreboard stalls on the first mma after each load were
+// 16% of the forward's samples at d = 128, FA2's pipelined loop 7%).
 template <class T>
 __device__ __forceinline__ void gemm_qk(ScoreBlock<T>& s, std::uint32_t q_tile,
                                         std::uint32_t k_tile, int warp, int q_lane, int k_lane) {
@@ -47,19 +47,14 @@ __device__ __forceinline__ void gemm_qk(ScoreBlock<T>& s, std::uint32_t q_tile,
     load_b_from_nk<typename T::KvTile>(b[f % 2], k_tile, k_lane, (f % kPairs) * 16,
                                        (f / kPairs) * 16);
   };
-  if constexpr (T::kFragmentsAhead) {
-    load_q(0);
-    load_k(0);
-  }
+  load_q(0);
+  load_k(0);
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
 #pragma unroll
     for (int np = 0; np < kPairs; ++np) {
-      const int f = kk * kPairs + np;  // this (k step, n pair)
-      if constexpr (!T::kFragmentsAhead) {
-        if (np == 0) load_q(kk);
-        load_k(f);
-      } else if (f + 1 < kSteps * kPairs) {
+      const int f = kk * kPairs + np;  // this (k step, n pair); f + 1 is loaded now
+      if (f + 1 < kSteps * kPairs) {
         if (np + 1 == kPairs) load_q(kk + 1);
         load_k(f + 1);
       }
@@ -73,7 +68,7 @@ __device__ __forceinline__ void gemm_qk(ScoreBlock<T>& s, std::uint32_t q_tile,
 }
 
 // O += P V for one block, P straight from the score registers; V fragments one use ahead as in
-// gemm_qk where T::kFragmentsAhead.
+// gemm_qk.
 template <class T>
 __device__ __forceinline__ void gemm_pv(FwdAccum<T>& acc, const ScoreBlock<T>& s,
                                         std::uint32_t v_tile, int v_lane) {
@@ -84,7 +79,7 @@ __device__ __forceinline__ void gemm_pv(FwdAccum<T>& acc, const ScoreBlock<T>& s
     load_b_from_kn<typename T::KvTile>(b[f % 2], v_tile, v_lane, (f / kPairs) * 16,
                                        (f % kPairs) * 16);
   };
-  if constexpr (T::kFragmentsAhead) load_v(0);
+  load_v(0);
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
     std::uint32_t a[T::kMmaM][4];
@@ -93,11 +88,7 @@ __device__ __forceinline__ void gemm_pv(FwdAccum<T>& acc, const ScoreBlock<T>& s
 #pragma unroll
     for (int dn = 0; dn < kPairs; ++dn) {
       const int f = kk * kPairs + dn;
-      if constexpr (!T::kFragmentsAhead) {
-        load_v(f);
-      } else if (f + 1 < kSteps * kPairs) {
-        load_v(f + 1);
-      }
+      if (f + 1 < kSteps * kPairs) load_v(f + 1);
 #pragma unroll
       for (int mt = 0; mt < T::kMmaM; ++mt) {
         ptx::mma_m16n8k16<Elem>(acc.o[mt][2 * dn], a[mt], b[f % 2][0], b[f % 2][1]);

@@ -43,10 +43,6 @@ struct FwdTraits {
   using QTile = ptx::SwizzledTile<kBlockM, kD / 8>;
   using KvTile = ptx::SwizzledTile<kBlockN, kD / 8>;
   static constexpr int kSmemBytes = QTile::kBytes + 2 * KvTile::kBytes;
-  // Load each K/V/Q fragment one use ahead (fwd_mainloop.cuh). Not with 128 x 128 tiles (d <= 64):
-  // their 128 score registers leave no room for the second buffer, and the same-call A/B on the
-  // H200 measured d = 64 6-7% slower with it, d = 128 3.5% faster, d = 256 within 1%.
-  static constexpr bool kFragmentsAhead = kBlockN <= 64;
 
   static_assert(kD % 32 == 0, "head dim must be a multiple of 32 (64-byte smem rows)");
   static_assert(kBlockM % (16 * kWarps) == 0, "whole m16 tiles per warp");
