@@ -321,7 +321,7 @@ cuda::PagedFwdOptions shared_split(const Workspace& ws, const core::PagedDims& d
 
 // CTAs of the shared level on tensor cores: query tiles (GQA groups packed) x kernel heads x key
 // splits. With at most half as many as the GPU has SMs, the suffix level runs beside it on a
-// side stream (cascade.hpp): at batch 64, prefix 1k (64 CTAs) 59.8 instead of 77.6 us on the
+// side stream (cascade.hpp): at batch 64, prefix 1k (64 CTAs) 60.6 instead of 76.1 us on the
 // H200. Where the shared level fills the SMs (2 CTAs per SM at 255 registers), the suffix level's
 // CTAs find no room until it ends, and forking cost 9 % (docs/kernels/cascade.md, v3).
 std::int64_t shared_ctas(const Workspace& ws, const core::PagedDims& d,
