@@ -21,7 +21,7 @@ template <int kRows, int kUnits>
 struct SwizzledTile {
   static_assert(kUnits % 4 == 0, "rows must be a multiple of 64 bytes (32 f16/bf16 elements)");
   static constexpr int kStripUnits = kUnits % 8 == 0 ? 8 : 4;
-  static constexpr int kRowCount = kRows, kUnitsPerRow = kUnits;
+  static constexpr int kRowCount = kRows;
   static constexpr int kUnitsTotal = kRows * kUnits;
   static constexpr int kBytes = kUnitsTotal * 16;
 
