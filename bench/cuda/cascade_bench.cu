@@ -24,7 +24,7 @@
 // The second suite, paged_prefill, times paged_attention with q_len new tokens per sequence
 // (causal, bottom-right) on the decode kernels and on the tensor-core paged forward
 // (cuda/paged_fwd.hpp), both called directly, and paged_attention itself (which routes calls
-// of >= 64 query rows per KV head to the tensor cores, a threshold taken from this suite).
+// of more than 128 query rows per KV head to the tensor cores, a threshold taken from this suite).
 //
 //   flashkit_cascade_bench --out DIR [--commit SHA]   (writes DIR/cascade.json,
 //                                                      DIR/paged_prefill.json)
@@ -526,7 +526,7 @@ int main(int argc, char** argv) {
       return ok ? 0 : 1;
     }
     std::vector<PrefillRow> prefill;
-    for (int q_len : {1, 4, 16, 64, 256, 1024}) {
+    for (int q_len : {1, 4, 16, 32, 48, 64, 256, 1024}) {
       for (PrefillRow& r : run_prefill_config(4, 4096, q_len, stream)) prefill.push_back(r);
     }
     std::ofstream g(dir + "/paged_prefill.json");

@@ -49,12 +49,13 @@ struct Dims {
   Device device;
 };
 
-// Query rows per tile of the sm80 forward (block_m, every head dim) and the CTAs the shared
-// level's key splits aim for, counted without GQA packing: 4 per SM of the H200's 132, so ~2 per
-// SM once a GQA group of 4 is packed into each tile. The forward's CTA holds half an SM's
-// registers, so two run at once; with one per SM (8 splits of 512 keys at batch 64 and a 4k
-// prefix, 128 CTAs) the level ran at ~135 TFLOP/s (docs/kernels/cascade.md). A fixed number, not
-// read from the device, so that cascade_workspace_elems is a function of the shapes alone.
+// Query rows per tile of the sm80 forward (block_m: 128, but 64 at d = 256 on sm90, where this
+// counts half the CTAs) and the CTAs the shared level's key splits aim for, counted without GQA
+// packing: 4 per SM of the H200's 132, so ~2 per SM once a GQA group of 4 is packed into each
+// tile. The forward's CTA holds half an SM's registers, so two run at once; with one per SM (8
+// splits of 512 keys at batch 64 and a 4k prefix, 128 CTAs) the level ran at ~135 TFLOP/s
+// (docs/kernels/cascade.md). A fixed number, not read from the device, so that
+// cascade_workspace_elems is a function of the shapes alone.
 constexpr std::int64_t kTileRows = 128;
 constexpr std::int64_t kTargetCtas = 4 * 132;
 constexpr std::int64_t kMaxSharedSplits = 16;

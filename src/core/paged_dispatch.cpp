@@ -44,15 +44,16 @@ int processors(const Device& device) {
 }
 
 #if FLASHKIT_HAVE_CUDA
-// Query rows per KV head (q_len * GQA group) from which a CUDA call runs on the tensor-core paged
+// Query rows per KV head (q_len * GQA group) above which a CUDA call runs on the tensor-core paged
 // forward instead of the decode kernels (chunked prefill, append). Measured on the H200 (batch 4,
-// 4096 cached tokens, GQA 32/8, d 128, causal; bench/results/h200/paged_prefill.json): 16 rows
-// (q_len 4) 0.237 ms on the decode kernels vs 0.248 on tensor cores, 64 rows 0.324 vs 0.248,
-// 1024 rows 4.87 vs 0.30.
-constexpr std::int64_t kTensorCoreRows = 64;
+// 4096 cached tokens, GQA 32/8, d 128, causal; bench/results/h200/paged_prefill.json): 64 rows
+// 0.085 ms on the decode kernels vs 0.241 on tensor cores, 128 rows 0.153 vs 0.242, 192 rows
+// 0.301 vs 0.243, 1024 rows 1.17 vs 0.295. (The tensor-core time is flat up to 256 rows: 64
+// CTAs of one 128-row tile each walk all 4096 keys.)
+constexpr std::int64_t kDecodeKernelMaxRows = 128;
 
 bool tensor_core_call(const PagedAttentionArgs& args, const core::PagedDims& dims) {
-  return args.algo == Algo::automatic && dims.q_len * dims.group() >= kTensorCoreRows &&
+  return args.algo == Algo::automatic && dims.q_len * dims.group() > kDecodeKernelMaxRows &&
          cuda::paged_fwd_unsupported(args, dims).empty();
 }
 #else

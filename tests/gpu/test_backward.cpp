@@ -19,6 +19,7 @@
 #include "flashkit/error.hpp"
 #include "gpu_forward.hpp"
 #include "mask_kinds.hpp"
+#include "smem_limit_env.hpp"
 
 namespace flashkit::testing {
 namespace {
@@ -241,14 +242,11 @@ TEST(CudaBackwardEdges, DeterministicRepeatsAreBitIdentical) {
   }
 }
 
-// FLASHKIT_BWD_SMEM_LIMIT_KB=163 gives the head dims whose dK/dV tile grows with shared memory
+// FLASHKIT_SMEM_LIMIT_KB=163 gives the head dims whose dK/dV tile grows with shared memory
 // (d = 256: 64 x 32 instead of 64 x 64) the shapes of a 163 KB sm80 device; they meet the oracle
 // too, and a bad value is refused by name.
 TEST(CudaBackwardEdges, SmallSharedMemoryShapesMatchOracleAndBadLimitsAreRefused) {
-  struct Unset {
-    ~Unset() { unsetenv("FLASHKIT_BWD_SMEM_LIMIT_KB"); }
-  } unset;
-  setenv("FLASHKIT_BWD_SMEM_LIMIT_KB", "163", 1);
+  ScopedSmemLimit limit("163");
   for (MaskKind mask : kAllMasks) {
     CaseSpec s = varlen_spec(DType::bf16, 256, 4);
     apply_mask(s, mask);
@@ -258,12 +256,12 @@ TEST(CudaBackwardEdges, SmallSharedMemoryShapesMatchOracleAndBadLimitsAreRefused
   }
   const CaseData c = make_case(varlen_spec(DType::bf16, 256, 2));
   for (const char* bad : {"0", "-4", "16x", ""}) {
-    setenv("FLASHKIT_BWD_SMEM_LIMIT_KB", bad, 1);
+    limit.set(bad);
     try {
       run_backward(c, DType::bf16);
       ADD_FAILURE() << "no error for '" << bad << "'";
     } catch (const Error& e) {
-      EXPECT_EQ(e.argument(), "FLASHKIT_BWD_SMEM_LIMIT_KB") << e.what();
+      EXPECT_EQ(e.argument(), ScopedSmemLimit::kVariable) << e.what();
     }
   }
 }

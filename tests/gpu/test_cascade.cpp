@@ -22,6 +22,7 @@
 #include "expect_error.hpp"
 #include "flashkit/flashkit.hpp"
 #include "paged_case.hpp"
+#include "smem_limit_env.hpp"
 
 namespace flashkit::testing {
 namespace {
@@ -427,11 +428,20 @@ TEST(CudaPagedForward, HeadDims64And256) {
   }
 }
 
-// paged_attention runs calls of >= 64 query rows per KV head (q_len * group) on the paged
-// forward, the rest on the decode kernels: both against the oracle. (Rows padded by 3 elements,
-// as PagedSpec::strided makes them, are refused by both CUDA paths: not 16-byte aligned.)
+// d = 256 in the 128 x 64 tile shape of a 163 KB A100 (the H200's default is 64 x 64).
+TEST(CudaPagedForward, HeadDim256InTheA100TileShape) {
+  const ScopedSmemLimit limit("163");
+  PagedSpec s = forward_spec(DType::bf16, 16, 4, 150);
+  s.head_dim = 256;
+  check_paged_forward(s);
+}
+
+// paged_attention runs calls of more than 128 query rows per KV head (q_len * group) on the
+// paged forward, the rest on the decode kernels: both sides of the line against the oracle. (Rows
+// padded by 3 elements, as PagedSpec::strided makes them, are refused by both CUDA paths: not
+// 16-byte aligned.)
 TEST(CudaPagedForward, PagedAttentionRoutesLongQueryBlocksHere) {
-  for (std::int64_t q_len : {15, 16, 200}) {
+  for (std::int64_t q_len : {32, 33, 200}) {
     const PagedSpec s = forward_spec(DType::bf16, 16, 4, q_len);
     SCOPED_TRACE(s.name());
     const PagedCase c = make_paged_case(s);

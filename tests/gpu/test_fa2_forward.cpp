@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "attention_case.hpp"
+#include "flashkit/error.hpp"
 #include "forward_cases.hpp"
 #include "gpu_forward.hpp"
+#include "smem_limit_env.hpp"
 
 namespace flashkit::testing {
 namespace {
@@ -91,6 +93,29 @@ TEST(Fa2Forward, LongCausalRunsManyBlocksPerTile) {
   s.window_right = 200;
   s.prefix_len = 100;
   expect_gpu_forward_matches(s, Algo::fa2);
+}
+
+// d = 256 has two tile shapes (fwd_tile_shape.hpp): the H200 runs 64 x 64 by default and, with
+// FLASHKIT_SMEM_LIMIT_KB=163, the 128 x 64 shape of a 163 KB A100; both meet the oracle under
+// every mask, and a bad value is refused by name before any launch.
+TEST(Fa2Forward, HeadDim256InBothSharedMemoryShapesAndBadLimitsAreRefused) {
+  ScopedSmemLimit limit("163");
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    for (MaskKind mask : kAllMasks) {
+      expect_gpu_forward_matches(varlen_case({dtype, 256, mask}), Algo::fa2);
+      expect_gpu_forward_matches(grid_case({dtype, 256, mask, 4}), Algo::fa2);
+    }
+  }
+  const CaseData c = make_case(varlen_case({DType::bf16, 256, MaskKind::causal_br}));
+  for (const char* bad : {"0", "-4", "16x", ""}) {
+    limit.set(bad);
+    try {
+      expect_gpu_forward_matches(c, Algo::fa2, DType::bf16);
+      ADD_FAILURE() << "no error for '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), ScopedSmemLimit::kVariable) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "core/validate.hpp"
@@ -46,19 +45,6 @@ void launch_for_head_dim(const BwdParams& p, int smem_limit, cudaStream_t stream
 
 }  // namespace
 
-int bwd_smem_limit() {
-  const int device = current_device_smem_optin();
-  const char* env = std::getenv("FLASHKIT_BWD_SMEM_LIMIT_KB");
-  if (env == nullptr) return device;
-  char* end = nullptr;
-  const long kb = std::strtol(env, &end, 10);
-  if (end == env || *end != '\0' || kb < 1) {
-    core::fail("FLASHKIT_BWD_SMEM_LIMIT_KB", "a positive integer (or unset)",
-               std::string("'") + env + "'");
-  }
-  return kb * 1024 < device ? int(kb * 1024) : device;
-}
-
 bool bwd_has_head_dim(int head_dim) {
   for (int d : kHeadDims) {
     if (d == head_dim) return true;
@@ -67,7 +53,7 @@ bool bwd_has_head_dim(int head_dim) {
 }
 
 void bwd(const BwdParams& params, bool deterministic, cudaStream_t stream) {
-  const int smem_limit = bwd_smem_limit();  // before any launch: it can refuse its setting
+  const int smem_limit = tile_smem_limit();  // before any launch: it can refuse its setting
   const std::int64_t rows = std::int64_t(params.f.batch) * params.f.heads_q * params.f.seqlen_q;
   const std::int64_t accum =
       deterministic ? 0 : params.q_tokens * params.f.heads_q * params.f.head_dim;

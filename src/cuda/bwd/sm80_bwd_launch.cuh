@@ -1,7 +1,8 @@
 // The gradient kernels of one (dtype, head dim): dK/dV (and dQ through the fp32 accumulator when
 // p.dq_accum is set), else dK/dV then the deterministic dQ kernel. Head dims whose dK/dV tile
 // grows with shared memory get a second kernel, run where a CTA may have 227 KB (smem_limit:
-// bwd_smem_limit()). Included only by the generated instance files (sm80_bwd_instance.cu.in).
+// tile_smem_limit() in common/device.hpp). Included only by the generated instance files
+// (sm80_bwd_instance.cu.in).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -2,6 +2,7 @@
 // (shared memory, fragments per warp, grids) derives from these two functions.
 #pragma once
 
+#include "cuda/common/smem_limits.hpp"
 #include "cuda/ptx/swizzle.hpp"
 
 namespace flashkit::cuda::sm80 {
@@ -19,9 +20,6 @@ struct BwdTileShape {
   int block_n, block_m, warps;
   WarpGrid sdp, dkv, dq;
 };
-
-constexpr int kSm80SmemLimit = 163 * 1024;  // the largest sm80 (A100) opt-in per CTA
-constexpr int kSm90SmemLimit = 227 * 1024;  // sm90 (H100, H200)
 
 // Per thread the dK and dV accumulators hold 2 * block_n * d / (32 * warps) fp32 values and S^T,
 // dP^T another 2 * block_n * block_m / (32 * warps) while they are live (ptxas -v figures in

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "core/validate.hpp"
 
@@ -51,6 +52,19 @@ int current_device_smem_optin() {
     return 0;
   }
   return bytes;
+}
+
+int tile_smem_limit() {
+  const int device = current_device_smem_optin();
+  const char* env = std::getenv("FLASHKIT_SMEM_LIMIT_KB");
+  if (env == nullptr) return device;
+  char* end = nullptr;
+  const long kb = std::strtol(env, &end, 10);
+  if (end == env || *end != '\0' || kb < 1) {
+    core::fail("FLASHKIT_SMEM_LIMIT_KB", "a positive integer (or unset)",
+               std::string("'") + env + "'");
+  }
+  return kb * 1024 < device ? int(kb * 1024) : device;
 }
 
 void check_cp_async_rows(const std::string& argument, const Tensor& t) {

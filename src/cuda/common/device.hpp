@@ -19,6 +19,13 @@ int multiprocessor_count(const Device& device);
 // fails, which picks the smallest tile shapes).
 int current_device_smem_optin();
 
+// The shared memory a CTA of the sm80-class kernels (forward and backward) may use on the current
+// device, which picks their tile shapes (sm80/fwd_tile_shape.hpp, bwd/sm80_bwd_tile_shape.hpp):
+// current_device_smem_optin(), or less when FLASHKIT_SMEM_LIMIT_KB is set (so the shapes of a
+// 163 KB A100 run, and are tested, on an H200). Throws flashkit::Error naming the variable for a
+// value that is not a positive integer.
+int tile_smem_limit();
+
 // 16-byte cp.async copies of whole rows: the data pointer 16-byte aligned and every stride but
 // the last a multiple of 16 bytes.
 void check_cp_async_rows(const std::string& argument, const Tensor& t);

@@ -58,9 +58,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   fwd_cta<T>(p, tile, source, smem);
 }
 
-template <class Elem, int kHeadDim>
-void launch_fwd(const FwdParams& p, cudaStream_t stream) {
-  using T = FwdTraits<Elem, kHeadDim>;
+template <class T>
+void launch_fwd_contiguous(const FwdParams& p, cudaStream_t stream) {
   const dim3 grid(unsigned((p.seqlen_q + T::kBlockM - 1) / T::kBlockM), unsigned(p.heads_q),
                   unsigned(p.batch));
   if (grid.x == 0 || grid.z == 0) return;
@@ -73,9 +72,8 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
 }
 
 // Grid z = cache sequences * key splits (kernel sequences, kv_source.cuh).
-template <class Elem, int kHeadDim>
-void launch_fwd_paged(const FwdParams& p, const PagedKvParams& kv, cudaStream_t stream) {
-  using T = FwdTraits<Elem, kHeadDim>;
+template <class T>
+void launch_fwd_paged_kv(const FwdParams& p, const PagedKvParams& kv, cudaStream_t stream) {
   const dim3 grid(unsigned((p.seqlen_q + T::kBlockM - 1) / T::kBlockM), unsigned(p.heads_q),
                   unsigned(p.batch));
   if (grid.x == 0 || grid.z == 0) return;
@@ -84,6 +82,31 @@ void launch_fwd_paged(const FwdParams& p, const PagedKvParams& kv, cudaStream_t 
              "sm80 paged forward: shared memory limit");
   fwd_paged_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, kv);
   check_launch("sm80 paged forward kernel");
+}
+
+// smem_limit: tile_smem_limit() (common/device.hpp); head dims whose tile shape depends on it
+// have a kernel per shape.
+template <class Elem, int kHeadDim>
+void launch_fwd(const FwdParams& p, int smem_limit, cudaStream_t stream) {
+  if constexpr (fwd_shape_depends_on_smem(kHeadDim)) {
+    if (fwd_tile_shape(kHeadDim, smem_limit).block_m ==
+        fwd_tile_shape(kHeadDim, kSm80SmemLimit).block_m) {
+      return launch_fwd_contiguous<FwdTraits<Elem, kHeadDim, kSm80SmemLimit>>(p, stream);
+    }
+  }
+  launch_fwd_contiguous<FwdTraits<Elem, kHeadDim>>(p, stream);
+}
+
+template <class Elem, int kHeadDim>
+void launch_fwd_paged(const FwdParams& p, const PagedKvParams& kv, int smem_limit,
+                      cudaStream_t stream) {
+  if constexpr (fwd_shape_depends_on_smem(kHeadDim)) {
+    if (fwd_tile_shape(kHeadDim, smem_limit).block_m ==
+        fwd_tile_shape(kHeadDim, kSm80SmemLimit).block_m) {
+      return launch_fwd_paged_kv<FwdTraits<Elem, kHeadDim, kSm80SmemLimit>>(p, kv, stream);
+    }
+  }
+  launch_fwd_paged_kv<FwdTraits<Elem, kHeadDim>>(p, kv, stream);
 }
 
 }  // namespace flashkit::cuda::sm80

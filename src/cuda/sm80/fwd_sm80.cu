@@ -4,14 +4,17 @@
 #include <cuda_fp16.h>
 
 #include "core/validate.hpp"
+#include "cuda/common/device.hpp"
 #include "cuda/sm80/paged_kv_params.hpp"
 
 namespace flashkit::cuda::sm80 {
 
+// fwd_kernel.cuh, instanced per head dim; smem_limit picks the tile shape.
 template <class Elem, int kHeadDim>
-void launch_fwd(const FwdParams& p, cudaStream_t stream);  // fwd_kernel.cuh, instanced per dim
+void launch_fwd(const FwdParams& p, int smem_limit, cudaStream_t stream);
 template <class Elem, int kHeadDim>
-void launch_fwd_paged(const FwdParams& p, const PagedKvParams& kv, cudaStream_t stream);
+void launch_fwd_paged(const FwdParams& p, const PagedKvParams& kv, int smem_limit,
+                      cudaStream_t stream);
 
 namespace {
 
@@ -61,11 +64,13 @@ std::string fwd_paged_head_dims_text() {
 }
 
 void fwd(const FwdParams& p, cudaStream_t stream) {
+  const int smem_limit = tile_smem_limit();  // before any launch: it can refuse its setting
   const bool f16 = p.in_dtype == DType::f16;
   switch (p.head_dim) {
-#define FLASHKIT_SM80_FWD_HEAD_DIM(d) \
-  case d:                             \
-    return f16 ? launch_fwd<__half, d>(p, stream) : launch_fwd<__nv_bfloat16, d>(p, stream);
+#define FLASHKIT_SM80_FWD_HEAD_DIM(d)                         \
+  case d:                                                     \
+    return f16 ? launch_fwd<__half, d>(p, smem_limit, stream) \
+               : launch_fwd<__nv_bfloat16, d>(p, smem_limit, stream);
 #include "cuda/sm80/fwd_head_dims.inc"
 #undef FLASHKIT_SM80_FWD_HEAD_DIM
     default:
@@ -76,12 +81,13 @@ void fwd(const FwdParams& p, cudaStream_t stream) {
 }
 
 void fwd_paged(const FwdParams& p, const PagedKvParams& kv, cudaStream_t stream) {
+  const int smem_limit = tile_smem_limit();
   const bool f16 = p.in_dtype == DType::f16;
   switch (p.head_dim) {
-#define FLASHKIT_SM80_FWD_PAGED_HEAD_DIM(d)                 \
-  case d:                                                   \
-    return f16 ? launch_fwd_paged<__half, d>(p, kv, stream) \
-               : launch_fwd_paged<__nv_bfloat16, d>(p, kv, stream);
+#define FLASHKIT_SM80_FWD_PAGED_HEAD_DIM(d)                             \
+  case d:                                                               \
+    return f16 ? launch_fwd_paged<__half, d>(p, kv, smem_limit, stream) \
+               : launch_fwd_paged<__nv_bfloat16, d>(p, kv, smem_limit, stream);
 #include "cuda/sm80/fwd_paged_head_dims.inc"
 #undef FLASHKIT_SM80_FWD_PAGED_HEAD_DIM
     default:

@@ -2,6 +2,7 @@
 // memory, fragments per warp, grid) derives from this function.
 #pragma once
 
+#include "cuda/common/smem_limits.hpp"
 #include "cuda/ptx/swizzle.hpp"
 
 namespace flashkit::cuda::sm80 {
@@ -20,19 +21,37 @@ struct FwdTileShape {
 //               128 x 64 without spills: per-block costs (barriers, row reductions, O rescale)
 //               are halved per MMA.
 //   d 96, 128:  128 x 64, 4 warps (O 96..128 + S 64); d = 128 spills 48 B.
-//   d 192, 256: 128 x 64, 8 warps, one m16 tile per warp (O 96..128 + S 32).
-// Shared memory is Q + K + V = (block_m + 2 block_n) * d * 2 bytes: 128 KB at d = 256, inside
-// sm80's 163 KB and sm90's 227 KB per CTA.
-constexpr FwdTileShape fwd_tile_shape(int head_dim) {
+//   d 192:      128 x 64, 8 warps, one m16 tile per warp (O 96 + S 32), 96 KB.
+//   d 256:      one m16 tile per warp (O 128 + S 32) either way; the CTA size follows the
+//               shared memory (Q + K + V = (block_m + 2 block_n) * d * 2 bytes):
+//               - a 163 KB sm80 CTA (A100, 164 KB per SM): 128 x 64, 8 warps, 128 KB, one CTA
+//                 per SM;
+//               - a 227 KB sm90 CTA (228 KB per SM): 64 x 64, 4 warps, 96 KB, so two CTAs share
+//                 an SM and one's copies, barriers and epilogue overlap the other's MMAs (ncu
+//                 at N = 512: 128 x 64 kept the tensor pipes 35 % busy, FA2's 64 x 64 45 %);
+//               - under 128 KB (sm86, sm89: 99 KB) 64 x 64 too, the shape that fits.
+//               Registers: 4 warps x 254 fill half the register file, as 8 warps x 254 fill it
+//               all.
+constexpr FwdTileShape fwd_tile_shape(int head_dim, int smem_limit) {
   if (head_dim <= 64) return {128, 128, 4};
   if (head_dim <= 128) return {128, 64, 4};
-  return {128, 64, 8};
+  if (head_dim <= 192) return {128, 64, 8};
+  if (smem_limit >= kSm80SmemLimit && smem_limit < kSm90SmemLimit) return {128, 64, 8};
+  return {64, 64, 4};
 }
 
-template <class ElemT, int kHeadDim>
+// True when the tile shape depends on the shared memory a CTA may have (so a second kernel is
+// worth compiling for it).
+constexpr bool fwd_shape_depends_on_smem(int head_dim) {
+  return fwd_tile_shape(head_dim, kSm80SmemLimit).block_m !=
+         fwd_tile_shape(head_dim, kSm90SmemLimit).block_m;
+}
+
+// kSmemLimit: the shared memory a CTA may have on the devices the kernel is for.
+template <class ElemT, int kHeadDim, int kSmemLimit = kSm90SmemLimit>
 struct FwdTraits {
   using Elem = ElemT;
-  static constexpr FwdTileShape kShape = fwd_tile_shape(kHeadDim);
+  static constexpr FwdTileShape kShape = fwd_tile_shape(kHeadDim, kSmemLimit);
   static constexpr int kD = kHeadDim;
   static constexpr int kBlockM = kShape.block_m;
   static constexpr int kBlockN = kShape.block_n;
