@@ -5,8 +5,10 @@
 // and read ceilings measured in the same run. Writes BENCH.md's JSON schema.
 //
 //   flashkit_cuda_bench --suite prefill_fwd|lineage --out FILE.json [--commit SHA] [--quick]
-//                       [--only D,N,CAUSAL] [--no-ceilings]
-// --only runs one prefill config (for a profiler); --no-ceilings skips the matmul/read runs.
+//                       [--only D,N,CAUSAL [--only-automatic]] [--no-ceilings]
+// --only runs one prefill config (for a profiler) on the sm80 kernel (Algo::fa2), or with
+// --only-automatic on the kernel dispatch picks (the sm90 one on an H200); --no-ceilings skips
+// the matmul/read runs.
 //
 // Peers (cuDNN and FA2 through torch SDPA) are measured by bench/peers/torch_sdpa.py on the
 // same grid; its rows go into their own file until the Python package can run both in one process.
@@ -200,6 +202,7 @@ int main(int argc, char** argv) {
   std::string suite = "prefill_fwd", out = "bench.json", commit = "unknown";
   bool quick = false, ceilings = true;
   int only_d = 0, only_n = 0, only_causal = 0;
+  flashkit::Algo only_algo = flashkit::Algo::fa2;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
@@ -211,6 +214,8 @@ int main(int argc, char** argv) {
       commit = argv[++i];
     } else if (a == "--only" && has_value) {
       if (std::sscanf(argv[++i], "%d,%d,%d", &only_d, &only_n, &only_causal) != 3) return 2;
+    } else if (a == "--only-automatic") {
+      only_algo = flashkit::Algo::automatic;
     } else if (a == "--quick") {
       quick = true;
     } else if (a == "--no-ceilings") {
@@ -228,7 +233,7 @@ int main(int argc, char** argv) {
         quick ? std::vector<int>{1024, 8192} : std::vector<int>{512, 1024, 2048, 4096, 8192, 16384};
     if (only_d > 0) {
       rows.push_back(
-          run_config({only_d, only_n, only_causal != 0}, flashkit::Algo::fa2, "flashkit", 30));
+          run_config({only_d, only_n, only_causal != 0}, only_algo, "flashkit", 30));
     } else if (suite == "prefill_fwd") {
       for (int d : {64, 128, 256})
         for (bool causal : {false, true})

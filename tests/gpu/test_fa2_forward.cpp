@@ -95,15 +95,17 @@ TEST(Fa2Forward, LongCausalRunsManyBlocksPerTile) {
   expect_gpu_forward_matches(s, Algo::fa2);
 }
 
-// d = 256 has two tile shapes (fwd_tile_shape.hpp): the H200 runs 64 x 64 by default and, with
-// FLASHKIT_SMEM_LIMIT_KB=163, the 128 x 64 shape of a 163 KB A100; both meet the oracle under
-// every mask, and a bad value is refused by name before any launch.
-TEST(Fa2Forward, HeadDim256InBothSharedMemoryShapesAndBadLimitsAreRefused) {
+// d = 192 and 256 have two tile shapes (fwd_tile_shape.hpp): the H200 runs 64 x 64 by default
+// and, with FLASHKIT_SMEM_LIMIT_KB=163, the 128 x 64 shape of a 163 KB A100; both meet the oracle
+// under every mask, and a bad value is refused by name before any launch.
+TEST(Fa2Forward, HeadDims192And256InBothSharedMemoryShapesAndBadLimitsAreRefused) {
   ScopedSmemLimit limit("163");
-  for (DType dtype : {DType::f16, DType::bf16}) {
-    for (MaskKind mask : kAllMasks) {
-      expect_gpu_forward_matches(varlen_case({dtype, 256, mask}), Algo::fa2);
-      expect_gpu_forward_matches(grid_case({dtype, 256, mask, 4}), Algo::fa2);
+  for (int d : {192, 256}) {
+    for (DType dtype : {DType::f16, DType::bf16}) {
+      for (MaskKind mask : kAllMasks) {
+        expect_gpu_forward_matches(varlen_case({dtype, d, mask}), Algo::fa2);
+        expect_gpu_forward_matches(grid_case({dtype, d, mask, 4}), Algo::fa2);
+      }
     }
   }
   const CaseData c = make_case(varlen_case({DType::bf16, 256, MaskKind::causal_br}));

@@ -21,21 +21,18 @@ struct FwdTileShape {
 //               128 x 64 without spills: per-block costs (barriers, row reductions, O rescale)
 //               are halved per MMA.
 //   d 96, 128:  128 x 64, 4 warps (O 96..128 + S 64); d = 128 spills 48 B.
-//   d 192:      128 x 64, 8 warps, one m16 tile per warp (O 96 + S 32), 96 KB.
-//   d 256:      one m16 tile per warp (O 128 + S 32) either way; the CTA size follows the
-//               shared memory (Q + K + V = (block_m + 2 block_n) * d * 2 bytes):
-//               - a 163 KB sm80 CTA (A100, 164 KB per SM): 128 x 64, 8 warps, 128 KB, one CTA
-//                 per SM;
-//               - a 227 KB sm90 CTA (228 KB per SM): 64 x 64, 4 warps, 96 KB, so two CTAs share
-//                 an SM and one's copies, barriers and epilogue overlap the other's MMAs (ncu
-//                 at N = 512: 128 x 64 kept the tensor pipes 35 % busy, FA2's 64 x 64 45 %);
+//   d 192, 256: one m16 tile per warp (O 96..128 + S 32) either way; the CTA size follows the
+//               shared memory (Q + K + V = (block_m + 2 block_n) * d * 2 bytes, at d = 256):
+//               - a 163 KB sm80 CTA (A100, 164 KB per SM): 128 x 64, 8 warps, 128 KB (d = 192:
+//                 96 KB), one CTA per SM (8 warps x 248 registers fill the register file);
+//               - a 227 KB sm90 CTA (228 KB per SM): 64 x 64, 4 warps, 96 KB (72 KB), so two
+//                 CTAs share an SM and one's copies, barriers and epilogue overlap the other's
+//                 MMAs (ncu at d = 256, N = 512: 128 x 64 kept the tensor pipes 35 % busy,
+//                 FA2's 64 x 64 45 %);
 //               - under 128 KB (sm86, sm89: 99 KB) 64 x 64 too, the shape that fits.
-//               Registers: 4 warps x 254 fill half the register file, as 8 warps x 254 fill it
-//               all.
 constexpr FwdTileShape fwd_tile_shape(int head_dim, int smem_limit) {
   if (head_dim <= 64) return {128, 128, 4};
   if (head_dim <= 128) return {128, 64, 4};
-  if (head_dim <= 192) return {128, 64, 8};
   if (smem_limit >= kSm80SmemLimit && smem_limit < kSm90SmemLimit) return {128, 64, 8};
   return {64, 64, 4};
 }
