@@ -232,8 +232,7 @@ int main(int argc, char** argv) {
     const std::vector<int> ns =
         quick ? std::vector<int>{1024, 8192} : std::vector<int>{512, 1024, 2048, 4096, 8192, 16384};
     if (only_d > 0) {
-      rows.push_back(
-          run_config({only_d, only_n, only_causal != 0}, only_algo, "flashkit", 30));
+      rows.push_back(run_config({only_d, only_n, only_causal != 0}, only_algo, "flashkit", 30));
     } else if (suite == "prefill_fwd") {
       for (int d : {64, 128, 256})
         for (bool causal : {false, true})

@@ -139,9 +139,9 @@ __device__ __forceinline__ void fwd_mainloop(const FwdParams& p, const FwdTile& 
     ScoreBlock<T> s;
     gemm_qk<T>(s, q_tile, k_tile, warp, q_lane, k_lane);
     ctx.col0 = std::int64_t(n) * T::kBlockN;
-    scores_to_base2<T>(s, p, ctx, warp, lane);
+    const float factor = scores_to_base2<T>(s, p, ctx, warp, lane);
     if (range.needs_mask(n)) apply_mask<T>(s, p, ctx, warp, lane);
-    online_softmax<T>(s, acc);
+    online_softmax<T>(s, acc, factor);
 
     ptx::cp_async_wait<0>();
     __syncthreads();  // V_n visible; every warp is done reading K_n

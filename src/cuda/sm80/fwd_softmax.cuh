@@ -46,19 +46,25 @@ struct ScoreContext {
   bool mods;    // softcap or ALiBi on
 };
 
-// Raw q.k -> base-2 scores: s * scale * log2(e) on the fast path; the oracle's softcap and ALiBi
-// element by element when asked (uniform across the CTA).
+// Raw q.k -> base-2 scores, returning the factor the softmax still has to apply (softmax_update).
+// Fast path (no softcap or ALiBi, scale > 0): the scores stay raw and the factor is
+// scale * log2(e), which softmax_update folds into its exponent's FFMA (FA2's order: one FFMA per
+// score instead of a FMUL here and a FADD there; the row max of the raw scores times a positive
+// factor is the max of the scaled ones, bit for bit). Otherwise the scores are scaled here (the
+// oracle's softcap and ALiBi element by element when asked; uniform across the CTA) and the
+// factor is 1.
 template <class T>
-__device__ __forceinline__ void scores_to_base2(ScoreBlock<T>& s, const FwdParams& p,
-                                                const ScoreContext& c, int warp, int lane) {
+__device__ __forceinline__ float scores_to_base2(ScoreBlock<T>& s, const FwdParams& p,
+                                                 const ScoreContext& c, int warp, int lane) {
   if (!c.mods) {
+    if (p.scale_log2 > 0.0f) return p.scale_log2;
 #pragma unroll
     for (int mt = 0; mt < T::kMmaM; ++mt)
 #pragma unroll
       for (int nt = 0; nt < T::kBlockN / 8; ++nt)
 #pragma unroll
         for (int idx = 0; idx < 4; ++idx) s[mt][nt][idx] *= p.scale_log2;
-    return;
+    return 1.0f;
   }
   const float log2e = float(core::kLog2e);
 #pragma unroll
@@ -71,6 +77,7 @@ __device__ __forceinline__ void scores_to_base2(ScoreBlock<T>& s, const FwdParam
         const std::int64_t j = c.col0 + frag_col(lane, nt, idx);
         s[mt][nt][idx] = score_of(p, s[mt][nt][idx], c.slope, diag, j) * log2e;
       }
+  return 1.0f;
 }
 
 // -inf for the keys a row may not see, on blocks that cross a mask edge or the end of the keys.
@@ -102,13 +109,14 @@ __device__ __forceinline__ void apply_mask(ScoreBlock<T>& s, const FwdParams& p,
 }
 
 // Online softmax over one block, without touching O: new row max (quad-reduced), l rescaled,
-// scores replaced by exp2(s - m_new); alpha[mt][half] = exp2(m_old - m_new) is the factor O must
-// still be multiplied by (rescale_o). Split so a kernel can rescale O only once the previous
-// block's P V, still running on the tensor cores, has finished. A row that has seen only hidden
-// keys keeps m = -inf; exp2 then runs against 0 instead, giving p = 0 rather than NaN.
+// scores replaced by exp2(s * factor - m_new) (factor: what scores_to_base2 returned);
+// alpha[mt][half] = exp2(m_old - m_new) is the factor O must still be multiplied by (rescale_o).
+// Split so a kernel can rescale O only once the previous block's P V, still running on the tensor
+// cores, has finished. A row that has seen only hidden keys keeps m = -inf; exp2 then runs against
+// 0 instead, giving p = 0 rather than NaN.
 template <class T>
 __device__ __forceinline__ void softmax_update(ScoreBlock<T>& s, FwdAccum<T>& acc,
-                                               float (&alpha)[T::kMmaM][2]) {
+                                               float (&alpha)[T::kMmaM][2], float factor) {
 #pragma unroll
   for (int mt = 0; mt < T::kMmaM; ++mt)
 #pragma unroll
@@ -119,7 +127,7 @@ __device__ __forceinline__ void softmax_update(ScoreBlock<T>& s, FwdAccum<T>& ac
         block_max = fmaxf(block_max, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
       }
       core::SoftmaxState<float>& st = acc.row[mt][half];
-      alpha[mt][half] = st.absorb_max(ptx::quad_max(block_max));
+      alpha[mt][half] = st.absorb_max(ptx::quad_max(block_max) * factor);
       const float m_use = st.m == -std::numeric_limits<float>::infinity() ? 0.0f : st.m;
       float sum = 0.0f;
 #pragma unroll
@@ -127,7 +135,7 @@ __device__ __forceinline__ void softmax_update(ScoreBlock<T>& s, FwdAccum<T>& ac
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[mt][nt][2 * half + e];
-          x = ptx::exp2_approx(x - m_use);
+          x = ptx::exp2_approx(fmaf(x, factor, -m_use));
           sum += x;
         }
       st.l = st.l * alpha[mt][half] + sum;
@@ -149,9 +157,9 @@ __device__ __forceinline__ void rescale_o(FwdAccum<T>& acc, const float (&alpha)
 
 // Both at once, for a kernel whose O is not in flight.
 template <class T>
-__device__ __forceinline__ void online_softmax(ScoreBlock<T>& s, FwdAccum<T>& acc) {
+__device__ __forceinline__ void online_softmax(ScoreBlock<T>& s, FwdAccum<T>& acc, float factor) {
   float alpha[T::kMmaM][2];
-  softmax_update<T>(s, acc, alpha);
+  softmax_update<T>(s, acc, alpha, factor);
   rescale_o<T>(acc, alpha);
 }
 

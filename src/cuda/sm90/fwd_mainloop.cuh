@@ -97,9 +97,9 @@ __device__ __forceinline__ void softmax_of_block(sm80::ScoreBlock<T>& s, sm80::F
                                                  ConsumerState<T>& c, int n, float (&alpha)[1][2]) {
   ptx::warpgroup_fence_operands(flat<T::kBlockN>(s));
   c.ctx.col0 = std::int64_t(n) * T::kBlockN;
-  sm80::scores_to_base2<T>(s, c.p, c.ctx, c.warp, c.lane);
+  const float factor = sm80::scores_to_base2<T>(s, c.p, c.ctx, c.warp, c.lane);
   if (c.range.needs_mask(n)) sm80::apply_mask<T>(s, c.p, c.ctx, c.warp, c.lane);
-  sm80::softmax_update<T>(s, acc, alpha);
+  sm80::softmax_update<T>(s, acc, alpha, factor);
 }
 
 template <class T>
