@@ -25,8 +25,14 @@ struct SoftmaxState {
   // A new block of scores has max block_max (base 2). Updates m and returns the factor that the
   // old l and o must be multiplied by (0 when nothing was seen before: -inf - -inf is NaN).
   FLASHKIT_HD T absorb_max(T block_max) {
+    return absorb_max(block_max, [](T x) { return T(exp2(x)); });
+  }
+  // The same with the factor from `exp2_of` (a kernel's one-instruction ex2.approx, where the
+  // accurate exp2 costs ~10 instructions per row and block for its subnormal range).
+  template <class Exp2>
+  FLASHKIT_HD T absorb_max(T block_max, Exp2 exp2_of) {
     const T m_new = block_max > m ? block_max : m;
-    const T alpha = (m == -std::numeric_limits<T>::infinity()) ? T(0) : exp2(m - m_new);
+    const T alpha = (m == -std::numeric_limits<T>::infinity()) ? T(0) : exp2_of(m - m_new);
     m = m_new;
     return alpha;
   }

@@ -127,7 +127,8 @@ __device__ __forceinline__ void softmax_update(ScoreBlock<T>& s, FwdAccum<T>& ac
         block_max = fmaxf(block_max, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
       }
       core::SoftmaxState<float>& st = acc.row[mt][half];
-      alpha[mt][half] = st.absorb_max(ptx::quad_max(block_max) * factor);
+      alpha[mt][half] = st.absorb_max(ptx::quad_max(block_max) * factor,
+                                      [](float x) { return ptx::exp2_approx(x); });
       const float m_use = st.m == -std::numeric_limits<float>::infinity() ? 0.0f : st.m;
       float sum = 0.0f;
 #pragma unroll
