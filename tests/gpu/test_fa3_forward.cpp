@@ -106,6 +106,35 @@ TEST(Fa3Forward, LongSequencesCycleThePipeline) {
   }
 }
 
+// d = 64 runs 192-row tiles (3 consumer warpgroups) without a mask, and under a causal or window
+// mask from 4096 query rows on (128-row tiles below, which the grid covers): masked tiles of 192
+// rows that are not a multiple of 128 blocks, a last tile of 4 rows, and a varlen batch whose
+// tiles cross sequence ends.
+TEST(Fa3Forward, D64MaskedLongQueriesTakeThe192RowTiles) {
+  FLASHKIT_REQUIRE_SM90();
+  CaseSpec s;
+  s.dtype = DType::bf16;
+  s.seqlens_q = {4100};
+  s.seqlens_k = {4100};
+  s.heads_q = 2;
+  s.heads_kv = 1;
+  s.head_dim = 64;
+  s.causal = true;
+  expect_gpu_forward_matches(s, Algo::fa3);
+  s.causal = false;
+  s.window_left = 700;
+  s.window_right = 90;
+  expect_gpu_forward_matches(s, Algo::fa3);
+  s.window_left = s.window_right = -1;
+  s.causal = true;
+  s.dtype = DType::f16;
+  s.heads_q = 1;
+  s.varlen = true;
+  s.seqlens_q = {333, 4097, 0, 191};
+  s.seqlens_k = {333, 4097, 0, 191};
+  expect_gpu_forward_matches(s, Algo::fa3);
+}
+
 // Out of one run, bit for bit.
 std::vector<double> run_out(const CaseData& c, Algo algo) {
   HostTensor out(c.spec.dtype, c.out_shape());

@@ -60,8 +60,7 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
       }
     }
     ptx::fence_proxy_async();
-    ptx::named_barrier_sync(
-        consumer == 0 ? FwdNamedBarrier::epilogue_wg1 : FwdNamedBarrier::epilogue_wg2, 128);
+    ptx::named_barrier_sync(fwd_barrier_of(FwdNamedBarrier::epilogue, consumer), 128);
     if (tid % 128 == 0) {
       const int batch = varlen ? 0 : tile.batch;
 #pragma unroll

@@ -65,9 +65,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   fwd_epilogue<T>(p, maps, tile, smem, consumer, acc);
 }
 
-template <class Elem, int kHeadDim>
-void launch_fwd(const FwdParams& p, const FwdMaps& maps, cudaStream_t stream) {
-  using T = FwdTraits<Elem, kHeadDim>;
+template <class Elem, int kHeadDim, int kConsumers>
+void launch_fwd_with(const FwdParams& p, const FwdMaps& maps, cudaStream_t stream) {
+  using T = FwdTraits<Elem, kHeadDim, kConsumers>;
   const dim3 grid(unsigned((p.seqlen_q + T::kBlockM - 1) / T::kBlockM), unsigned(p.heads_q),
                   unsigned(p.batch));
   if (grid.x == 0 || grid.z == 0) return;
@@ -76,6 +76,15 @@ void launch_fwd(const FwdParams& p, const FwdMaps& maps, cudaStream_t stream) {
              "sm90 forward: shared memory limit");
   fwd_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, maps);
   check_launch("sm90 forward kernel");
+}
+
+// consumers: fwd_consumers of the call, which also sized the maps' Q box.
+template <class Elem, int kHeadDim>
+void launch_fwd(const FwdParams& p, const FwdMaps& maps, int consumers, cudaStream_t stream) {
+  if constexpr (fwd_max_consumers(kHeadDim) == 3) {
+    if (consumers == 3) return launch_fwd_with<Elem, kHeadDim, 3>(p, maps, stream);
+  }
+  launch_fwd_with<Elem, kHeadDim, 2>(p, maps, stream);
 }
 
 }  // namespace flashkit::cuda::sm90

@@ -6,12 +6,12 @@
 //  - inside the warpgroup, block i + 1's S = Q K^T and block i's O += P V are issued together;
 //    the softmax of block i + 1 runs as soon as S is done, while P V still runs, and only the O
 //    rescale waits for P V (softmax_update / rescale_o);
-//  - between the two consumer warpgroups (pingpong), each issues its GEMMs only after the other
-//    has issued its own (FwdNamedBarrier::schedule_wg*), so one warpgroup's softmax overlaps the
-//    other's GEMMs.
-// Warpgroup 1 goes first: warpgroup 2 opens its barrier once before the loop. Both run the same
-// blocks, so over L loop steps each barrier sees L syncs and L arrivals (warpgroup 2 skips its
-// arrival after its last step).
+//  - between the consumer warpgroups (pingpong), each issues its GEMMs only after the one before
+//    it in the ring has issued its own (FwdNamedBarrier::schedule + c), so one warpgroup's softmax
+//    overlaps another's GEMMs.
+// Consumer 0 goes first: the last consumer opens its barrier once before the loop. All run the
+// same blocks, so over L loop steps each barrier sees L syncs and L arrivals (the last consumer
+// skips its arrival after its last step).
 #pragma once
 
 #include <cstdint>
@@ -114,7 +114,7 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
                                                       const sm80::KvBlockRange& range,
                                                       unsigned char* smem, FwdBarriers& bar,
                                                       int consumer, sm80::FwdAccum<T>& acc) {
-  const int tid = threadIdx.x - 128;  // 0..255 over both consumer warpgroups
+  const int tid = threadIdx.x - 128;  // 0 .. kConsumerThreads - 1 over the consumer warpgroups
   ConsumerState<T> c{p, range, {}, tid / 32, tid % 32, 0, 0, 0};
   c.q_tile = ptx::smem_address(smem) + consumer * 64 * T::kSlabBytesPerRow;
   c.k_tiles = ptx::smem_address(smem) + T::kKOffset;
@@ -124,10 +124,10 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
   c.ctx.len_k = tile.span.len_k;
   c.ctx.slope = alibi_slope(p, tile.batch, tile.head);
   c.ctx.mods = p.has_score_mods();
-  const auto my_turn =
-      consumer == 0 ? FwdNamedBarrier::schedule_wg1 : FwdNamedBarrier::schedule_wg2;
-  const auto their_turn =
-      consumer == 0 ? FwdNamedBarrier::schedule_wg2 : FwdNamedBarrier::schedule_wg1;
+  const bool last_consumer = consumer == T::kConsumers - 1;
+  const auto my_turn = fwd_barrier_of(FwdNamedBarrier::schedule, consumer);
+  const auto next_turn =
+      fwd_barrier_of(FwdNamedBarrier::schedule, last_consumer ? 0 : consumer + 1);
   auto parity = [](int it) { return std::uint32_t(it / T::kStages) & 1; };
 
   // Block 0: S alone, its softmax (O is still zero: alpha is moot).
@@ -145,7 +145,7 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
   to_probs<T>(probs, s);
 
   int next = range.next(n);
-  if (consumer == 1 && next >= 0) ptx::named_barrier_arrive(FwdNamedBarrier::schedule_wg1, 256);
+  if (last_consumer && next >= 0) ptx::named_barrier_arrive(next_turn, 256);
   int it = 1;
   for (; next >= 0; ++it) {
     const int k_stage = it % T::kStages, v_stage = (it - 1) % T::kStages;
@@ -156,7 +156,7 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
     ptx::wgmma_fence();
     issue_qk<T>(s, c, k_stage);
     issue_pv<T>(acc, probs, c, v_stage);
-    if (consumer == 0 || after >= 0) ptx::named_barrier_arrive(their_turn, 256);
+    if (!last_consumer || after >= 0) ptx::named_barrier_arrive(next_turn, 256);
 
     ptx::wgmma_wait<1>();  // S of block `next` (committed first) is done; P V may still run
     ptx::mbarrier_arrive(&bar.k_empty[k_stage]);

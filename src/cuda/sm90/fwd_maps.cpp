@@ -41,9 +41,9 @@ FwdMaps make_fwd_maps(const AttentionArgs& a, const core::ProblemDims& d, int bl
   m.q = map_of(a.q, d.varlen, std::uint32_t(block_m));
   m.k = map_of(a.k, d.varlen, std::uint32_t(block_n));
   m.v = map_of(a.v, d.varlen, std::uint32_t(block_n));
-  // An f32 output is written from registers (its 256-byte rows exceed the 128-byte swizzle).
-  m.out = a.out.dtype() == a.q.dtype() ? map_of(a.out, d.varlen, std::uint32_t(block_m / 2))
-                                       : CUtensorMap{};
+  // Each consumer warpgroup stores its own 64 rows. An f32 output is written from registers (its
+  // 256-byte rows exceed the 128-byte swizzle).
+  m.out = a.out.dtype() == a.q.dtype() ? map_of(a.out, d.varlen, 64) : CUtensorMap{};
   return m;
 }
 

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "core/mask_rules.hpp"
 #include "core/validate.hpp"
 #include "cuda/sm90/fwd_maps.hpp"
 #include "cuda/sm90/fwd_tile_shape.hpp"
@@ -10,7 +11,8 @@
 namespace flashkit::cuda::sm90 {
 
 template <class Elem, int kHeadDim>
-void launch_fwd(const FwdParams& p, const FwdMaps& maps, cudaStream_t stream);  // fwd_kernel.cuh
+void launch_fwd(const FwdParams& p, const FwdMaps& maps, int consumers,
+                cudaStream_t stream);  // fwd_kernel.cuh
 
 namespace {
 
@@ -38,12 +40,13 @@ std::string fwd_head_dims_text() {
 void fwd(const AttentionArgs& a, const core::ProblemDims& d, const FwdParams& p,
          cudaStream_t stream) {
   const bool f16 = p.in_dtype == DType::f16;
-  const FwdMaps maps = make_fwd_maps(a, d, 128, fwd_block_n(p.head_dim));
+  const int consumers = fwd_consumers(p.head_dim, core::masks_anything(p.mask), p.seqlen_q);
+  const FwdMaps maps = make_fwd_maps(a, d, 64 * consumers, fwd_block_n(p.head_dim));
   switch (p.head_dim) {
-#define FLASHKIT_SM90_FWD_HEAD_DIM(hd)                   \
-  case hd:                                               \
-    return f16 ? launch_fwd<__half, hd>(p, maps, stream) \
-               : launch_fwd<__nv_bfloat16, hd>(p, maps, stream);
+#define FLASHKIT_SM90_FWD_HEAD_DIM(hd)                              \
+  case hd:                                                          \
+    return f16 ? launch_fwd<__half, hd>(p, maps, consumers, stream) \
+               : launch_fwd<__nv_bfloat16, hd>(p, maps, consumers, stream);
 #include "cuda/sm90/fwd_head_dims.inc"
 #undef FLASHKIT_SM90_FWD_HEAD_DIM
     default:

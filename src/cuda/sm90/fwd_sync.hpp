@@ -5,10 +5,11 @@
 // consumer threads arrive on once their wgmma has read it. K and V are released separately: K
 // once S = Q K^T is done, V once P V is done, so the next K can land while P V still runs.
 //
-// Named barriers (FwdNamedBarrier) order the two consumer warpgroups: the epilogue's shared-memory
-// staging (128 threads each), and the pingpong schedule, where each warpgroup issues its two
-// GEMMs only after the other has issued its own (256 threads: one side syncs, the other arrives),
-// so one warpgroup's softmax runs while the other's GEMMs hold the tensor cores.
+// Named barriers (FwdNamedBarrier) order the consumer warpgroups: the epilogue's shared-memory
+// staging (128 threads each), and the pingpong schedule, where the warpgroups take turns in a
+// ring to issue their two GEMMs (256 threads per barrier: a warpgroup syncs on its own, the one
+// before it in the ring arrives), so one warpgroup's softmax runs while another's GEMMs hold the
+// tensor cores.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 namespace flashkit::cuda::sm90 {
 
 inline constexpr int kFwdStages = 2;
+inline constexpr int kFwdMaxConsumers = 3;
 
 struct FwdBarriers {
   std::uint64_t q_full;
@@ -23,12 +25,14 @@ struct FwdBarriers {
   std::uint64_t k_empty[kFwdStages], v_empty[kFwdStages];
 };
 
-// 0 is __syncthreads'.
+// 0 is __syncthreads'. Consumer c (0-based) uses epilogue + c and schedule + c.
 enum class FwdNamedBarrier : int {
-  epilogue_wg1 = 1,
-  epilogue_wg2 = 2,
-  schedule_wg1 = 3,  // warpgroup 1 may issue its GEMMs
-  schedule_wg2 = 4,
+  epilogue = 1,
+  schedule = 1 + kFwdMaxConsumers,  // schedule + c: consumer c may issue its GEMMs
 };
+
+constexpr FwdNamedBarrier fwd_barrier_of(FwdNamedBarrier first, int consumer) {
+  return FwdNamedBarrier(int(first) + consumer);
+}
 
 }  // namespace flashkit::cuda::sm90
