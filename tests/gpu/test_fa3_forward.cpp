@@ -135,6 +135,26 @@ TEST(Fa3Forward, D64MaskedLongQueriesTakeThe192RowTiles) {
   expect_gpu_forward_matches(s, Algo::fa3);
 }
 
+// d = 128 runs 176-key blocks without a mask from 8192 keys on (128 below, which the grid
+// covers): a last block of 104 keys, and a varlen batch whose blocks cross sequence ends.
+TEST(Fa3Forward, D128LongKeysTakeThe176KeyBlocks) {
+  FLASHKIT_REQUIRE_SM90();
+  CaseSpec s;
+  s.dtype = DType::bf16;
+  s.seqlens_q = {300};
+  s.seqlens_k = {8200};
+  s.heads_q = 4;
+  s.heads_kv = 1;
+  s.head_dim = 128;
+  expect_gpu_forward_matches(s, Algo::fa3);
+  s.dtype = DType::f16;
+  s.heads_q = 1;
+  s.varlen = true;
+  s.seqlens_q = {70, 17, 0, 130};
+  s.seqlens_k = {8300, 17, 5, 191};
+  expect_gpu_forward_matches(s, Algo::fa3);
+}
+
 // Out of one run, bit for bit.
 std::vector<double> run_out(const CaseData& c, Algo algo) {
   HostTensor out(c.spec.dtype, c.out_shape());

@@ -65,9 +65,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   fwd_epilogue<T>(p, maps, tile, smem, consumer, acc);
 }
 
-template <class Elem, int kHeadDim, int kConsumers>
+template <class Elem, int kHeadDim, int kConsumers, int kBlockN>
 void launch_fwd_with(const FwdParams& p, const FwdMaps& maps, cudaStream_t stream) {
-  using T = FwdTraits<Elem, kHeadDim, kConsumers>;
+  using T = FwdTraits<Elem, kHeadDim, kConsumers, kBlockN>;
   const dim3 grid(unsigned((p.seqlen_q + T::kBlockM - 1) / T::kBlockM), unsigned(p.heads_q),
                   unsigned(p.batch));
   if (grid.x == 0 || grid.z == 0) return;
@@ -78,13 +78,12 @@ void launch_fwd_with(const FwdParams& p, const FwdMaps& maps, cudaStream_t strea
   check_launch("sm90 forward kernel");
 }
 
-// consumers: fwd_consumers of the call, which also sized the maps' Q box.
+// shape: fwd_shape of the call, which also sized the maps' boxes.
 template <class Elem, int kHeadDim>
-void launch_fwd(const FwdParams& p, const FwdMaps& maps, int consumers, cudaStream_t stream) {
-  if constexpr (fwd_max_consumers(kHeadDim) == 3) {
-    if (consumers == 3) return launch_fwd_with<Elem, kHeadDim, 3>(p, maps, stream);
-  }
-  launch_fwd_with<Elem, kHeadDim, 2>(p, maps, stream);
+void launch_fwd(const FwdParams& p, const FwdMaps& maps, FwdShape shape, cudaStream_t stream) {
+  constexpr FwdShape a = fwd_long_open_shape(kHeadDim), b = fwd_short_masked_shape(kHeadDim);
+  if (shape == a) return launch_fwd_with<Elem, kHeadDim, a.consumers, a.block_n>(p, maps, stream);
+  launch_fwd_with<Elem, kHeadDim, b.consumers, b.block_n>(p, maps, stream);
 }
 
 }  // namespace flashkit::cuda::sm90

@@ -11,7 +11,7 @@
 namespace flashkit::cuda::sm90 {
 
 template <class Elem, int kHeadDim>
-void launch_fwd(const FwdParams& p, const FwdMaps& maps, int consumers,
+void launch_fwd(const FwdParams& p, const FwdMaps& maps, FwdShape shape,
                 cudaStream_t stream);  // fwd_kernel.cuh
 
 namespace {
@@ -40,13 +40,14 @@ std::string fwd_head_dims_text() {
 void fwd(const AttentionArgs& a, const core::ProblemDims& d, const FwdParams& p,
          cudaStream_t stream) {
   const bool f16 = p.in_dtype == DType::f16;
-  const int consumers = fwd_consumers(p.head_dim, core::masks_anything(p.mask), p.seqlen_q);
-  const FwdMaps maps = make_fwd_maps(a, d, 64 * consumers, fwd_block_n(p.head_dim));
+  const FwdShape shape =
+      fwd_shape(p.head_dim, core::masks_anything(p.mask), p.seqlen_q, p.seqlen_k);
+  const FwdMaps maps = make_fwd_maps(a, d, 64 * shape.consumers, shape.block_n);
   switch (p.head_dim) {
-#define FLASHKIT_SM90_FWD_HEAD_DIM(hd)                              \
-  case hd:                                                          \
-    return f16 ? launch_fwd<__half, hd>(p, maps, consumers, stream) \
-               : launch_fwd<__nv_bfloat16, hd>(p, maps, consumers, stream);
+#define FLASHKIT_SM90_FWD_HEAD_DIM(hd)                          \
+  case hd:                                                      \
+    return f16 ? launch_fwd<__half, hd>(p, maps, shape, stream) \
+               : launch_fwd<__nv_bfloat16, hd>(p, maps, shape, stream);
 #include "cuda/sm90/fwd_head_dims.inc"
 #undef FLASHKIT_SM90_FWD_HEAD_DIM
     default:

@@ -1,8 +1,8 @@
-// The one place that sizes the sm90 forward's tiles and shared memory, per head dim.
+// The one place that sizes the sm90 forward's tiles and shared memory, per head dim and call.
 //
 // A CTA is one producer warpgroup (TMA loads of Q once and of K, V per block through kStages
-// stages) and fwd_consumers(d) consumer warpgroups, each owning 64 of the tile's query rows (one
-// wgmma m64 row block). Per consumer thread: S = block_n / 2 f32, O = d / 2 f32, P = block_n / 4
+// stages) and 2 or 3 consumer warpgroups, each owning 64 of the tile's query rows (one wgmma m64
+// row block). Per consumer thread: S = block_n / 2 f32, O = d / 2 f32, P = block_n / 4
 // registers; with setmaxnreg the producer keeps 24 registers and the consumers share the rest
 // (2 consumers: 128 x 24 + 256 x 240 = 64512 of the SM's 65536; 3: 128 x 24 + 384 x 160 = 64512).
 //   d 64:  192 x 128, 3 consumers (S 64 + O 32 + P 32 fit 160); smem Q 24 KB + 2 stages x
@@ -11,8 +11,13 @@
 //          a third consumer adds a warp per scheduler and shares each K/V block among 192 rows
 //          (H200: +10-15 % at N >= 2k). Under a causal or window mask with fewer than 4096
 //          query rows, 128 x 128 with 2 consumers: 192-row tiles cross the diagonal over more
-//          masked blocks (causal N = 1k: -12 %; 4k: +2 %; 16k: +4-7 %). fwd_consumers picks.
-//   d 128: 128 x 128, 2 consumers (S 64 + O 64); 32 KB + 128 KB = 160 KB.
+//          masked blocks (causal N = 1k: -12 %; 4k: +2 %; 16k: +4-7 %).
+//   d 128: 128 x 176 without a mask from 8192 keys on (S 88 + O 64 + P 44); 32 KB + 176 KB =
+//          208 KB: 27 % fewer blocks, so less per-block work (barrier waits, row maxima, O
+//          rescale): H200 +3-5 % at 8k keys, +8-16 % at 16k. Otherwise 128 x 128 (S 64 + O 64;
+//          160 KB): with fewer keys the last, partly masked 176-key block costs more than the
+//          blocks saved (4k: even; 1k: -5 %; 512: -9 %), and under a mask 128-key blocks cross
+//          the diagonal over fewer masked keys.
 //   d 256: 128 x 64, 2 consumers (S 32 + O 128); 64 KB + 128 KB = 192 KB, under the 227 KB a CTA
 //          may have.
 // All operands use the 128-byte swizzle: a tile is d / 64 slabs of [rows][64 elements], which is
@@ -23,27 +28,48 @@
 
 namespace flashkit::cuda::sm90 {
 
-constexpr int fwd_block_n(int head_dim) {
-  return head_dim <= 128 ? 128 : 64;
+struct FwdShape {
+  int consumers;  // consumer warpgroups: the tile has 64 x consumers query rows
+  int block_n;    // keys per block
+  constexpr bool operator==(const FwdShape& o) const {
+    return consumers == o.consumers && block_n == o.block_n;
+  }
+};
+
+// The shape of one call (see the notes above); masked: causal or a window; seqlen_*: the longest
+// sequence of the batch.
+constexpr FwdShape fwd_shape(int head_dim, bool masked, int seqlen_q, int seqlen_k) {
+  if (head_dim <= 64) return {!masked || seqlen_q >= 4096 ? 3 : 2, 128};
+  if (head_dim <= 128) return {2, !masked && seqlen_k >= 8192 ? 176 : 128};
+  return {2, 64};
 }
 
-// The consumer counts a head dim is compiled for: 2, and 3 where the registers allow it.
-constexpr int fwd_max_consumers(int head_dim) {
-  return head_dim <= 64 ? 3 : 2;
+// Every shape fwd_shape gives a head dim is one of these two, which its instance file compiles.
+constexpr FwdShape fwd_long_open_shape(int head_dim) {
+  return fwd_shape(head_dim, false, 1 << 30, 1 << 30);
+}
+constexpr FwdShape fwd_short_masked_shape(int head_dim) {
+  return fwd_shape(head_dim, true, 0, 0);
+}
+constexpr bool fwd_shapes_compiled(int head_dim) {
+  for (bool masked : {false, true}) {
+    for (int len : {0, 1 << 30}) {
+      const FwdShape s = fwd_shape(head_dim, masked, len, len);
+      if (!(s == fwd_long_open_shape(head_dim) || s == fwd_short_masked_shape(head_dim))) {
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
-// The consumer count of one call (see the d 64 note above); masked: causal or a window.
-constexpr int fwd_consumers(int head_dim, bool masked, int seqlen_q) {
-  return fwd_max_consumers(head_dim) == 3 && (!masked || seqlen_q >= 4096) ? 3 : 2;
-}
-
-template <class ElemT, int kHeadDim, int kConsumerWarpgroups>
+template <class ElemT, int kHeadDim, int kConsumerWarpgroups, int kKeysPerBlock>
 struct FwdTraits {
   using Elem = ElemT;
   static constexpr int kD = kHeadDim;
   static constexpr int kConsumers = kConsumerWarpgroups;
   static constexpr int kBlockM = 64 * kConsumers;
-  static constexpr int kBlockN = fwd_block_n(kHeadDim);
+  static constexpr int kBlockN = kKeysPerBlock;
   static constexpr int kStages = kFwdStages;
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;
@@ -66,8 +92,10 @@ struct FwdTraits {
   static constexpr int kSmemBytes = kBarrierOffset + int(sizeof(FwdBarriers)) + 1024;
 
   static_assert(kD % 64 == 0, "sm90 forward tiles d in 64-element slabs");
-  static_assert(kConsumers >= 2 && kConsumers <= fwd_max_consumers(kD),
+  static_assert(kConsumers == 2 || (kConsumers == 3 && kD <= 64),
                 "consumer warpgroups: 2 (pingpong), 3 where the registers allow");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma n and k steps");
+  static_assert(fwd_shapes_compiled(kD), "fwd_shape gives a shape no instance compiles");
   static_assert(kConsumers <= kFwdMaxConsumers, "FwdNamedBarrier ids per consumer");
   static_assert(kConsumerRegs <= 240, "setmaxnreg: at most 256, and the kernel needs no more");
   static_assert(kStages == kFwdStages, "FwdBarriers holds the stages");

@@ -158,6 +158,17 @@ TEST(PtxWgmma, SsBf16KMajor32B) {
 TEST(PtxWgmma, SsBf16KMajor128BN256) {
   check_case<Case<__nv_bfloat16, 256, 64, Swizzle::b128, 0, false>>();
 }
+// The d = 128 forward's S = Q K^T over 176-key blocks.
+TEST(PtxWgmma, SsBf16KMajor128BN176) {
+  check_case<Case<__nv_bfloat16, 176, 128, Swizzle::b128, 0, false>>();
+}
+TEST(PtxWgmma, SsF16KMajor128BN176) {
+  check_case<Case<__half, 176, 64, Swizzle::b128, 0, false>>();
+}
+// ... and its O += P V with 176 keys as the k extent (11 k16 steps, slabs 176 rows apart).
+TEST(PtxWgmma, RsBf16NMajorBLikePV176Keys) {
+  check_case<Case<__nv_bfloat16, 128, 176, Swizzle::b128, 1, true>>();
+}
 TEST(PtxWgmma, SsBf16NMajorB128BTwoSlabs) {
   check_case<Case<__nv_bfloat16, 128, 64, Swizzle::b128, 1, false>>();
 }
