@@ -169,6 +169,13 @@ TEST(PtxWgmma, SsF16KMajor128BN176) {
 TEST(PtxWgmma, RsBf16NMajorBLikePV176Keys) {
   check_case<Case<__nv_bfloat16, 128, 176, Swizzle::b128, 1, true>>();
 }
+// The d = 256 forward's S = Q K^T over 80-key blocks and its O += P V over them (5 k16 steps).
+TEST(PtxWgmma, SsBf16KMajor128BN80) {
+  check_case<Case<__nv_bfloat16, 80, 256, Swizzle::b128, 0, false>>();
+}
+TEST(PtxWgmma, RsF16NMajorBLikePV80Keys) {
+  check_case<Case<__half, 256, 80, Swizzle::b128, 1, true>>();
+}
 TEST(PtxWgmma, SsBf16NMajorB128BTwoSlabs) {
   check_case<Case<__nv_bfloat16, 128, 64, Swizzle::b128, 1, false>>();
 }
