@@ -135,8 +135,9 @@ TEST(Fa3Forward, D64MaskedLongQueriesTakeThe192RowTiles) {
   expect_gpu_forward_matches(s, Algo::fa3);
 }
 
-// d = 128 runs 176-key blocks without a mask from 8192 keys on (128 below, which the grid
-// covers): a last block of 104 keys, and a varlen batch whose blocks cross sequence ends.
+// d = 128 runs 176-key blocks from 8192 keys on (128 below, which the grid covers): a last block
+// of 104 keys, causal and window masks crossing 176-key blocks, and a varlen batch whose blocks
+// cross sequence ends.
 TEST(Fa3Forward, D128LongKeysTakeThe176KeyBlocks) {
   FLASHKIT_REQUIRE_SM90();
   CaseSpec s;
@@ -147,6 +148,15 @@ TEST(Fa3Forward, D128LongKeysTakeThe176KeyBlocks) {
   s.heads_kv = 1;
   s.head_dim = 128;
   expect_gpu_forward_matches(s, Algo::fa3);
+  s.causal = true;
+  expect_gpu_forward_matches(s, Algo::fa3);
+  s.causal = false;
+  s.window_left = 500;
+  s.window_right = 40;
+  s.prefix_len = 30;
+  expect_gpu_forward_matches(s, Algo::fa3);
+  s.window_left = s.window_right = -1;
+  s.prefix_len = 0;
   s.dtype = DType::f16;
   s.heads_q = 1;
   s.varlen = true;

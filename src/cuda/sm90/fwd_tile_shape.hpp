@@ -12,12 +12,11 @@
 //          (H200: +10-15 % at N >= 2k). Under a causal or window mask with fewer than 4096
 //          query rows, 128 x 128 with 2 consumers: 192-row tiles cross the diagonal over more
 //          masked blocks (causal N = 1k: -12 %; 4k: +2 %; 16k: +4-7 %).
-//   d 128: 128 x 176 without a mask from 8192 keys on (S 88 + O 64 + P 44); 32 KB + 176 KB =
-//          208 KB: 27 % fewer blocks, so less per-block work (barrier waits, row maxima, O
-//          rescale): H200 +3-5 % at 8k keys, +8-16 % at 16k. Otherwise 128 x 128 (S 64 + O 64;
-//          160 KB): with fewer keys the last, partly masked 176-key block costs more than the
-//          blocks saved (4k: even; 1k: -5 %; 512: -9 %), and under a mask 128-key blocks cross
-//          the diagonal over fewer masked keys.
+//   d 128: 128 x 176 from 8192 keys on (S 88 + O 64 + P 44); 32 KB + 176 KB = 208 KB: 27 %
+//          fewer blocks, so less per-block work (barrier waits, row maxima, O rescale): H200
+//          +3-9 % at 8k-16k keys, causal +1-5 %. Below, 128 x 128 (S 64 + O 64; 160 KB): with
+//          fewer keys the last, partly masked 176-key block costs more than the blocks saved
+//          (4k: even; 1k: -5 %; 512: -9 %).
 //   d 256: 128 x 80, 2 consumers (S 40 + O 128 + P 20); 64 KB + 160 KB = 224 KB, under the
 //          227 KB a CTA may have (with the 1 KB of alignment slack and the barriers: 230472
 //          bytes of 232448). 80 keys, not 64: a fifth fewer blocks (H200: +7-14 % from N = 2k,
@@ -42,7 +41,7 @@ struct FwdShape {
 // sequence of the batch.
 constexpr FwdShape fwd_shape(int head_dim, bool masked, int seqlen_q, int seqlen_k) {
   if (head_dim <= 64) return {!masked || seqlen_q >= 4096 ? 3 : 2, 128};
-  if (head_dim <= 128) return {2, !masked && seqlen_k >= 8192 ? 176 : 128};
+  if (head_dim <= 128) return {2, seqlen_k >= 8192 ? 176 : 128};
   return {2, 80};
 }
 
