@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/sm80/fwd_epilogue.cuh"
@@ -58,55 +60,51 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   fwd_cta<T>(p, tile, source, smem);
 }
 
-template <class T>
-void launch_fwd_contiguous(const FwdParams& p, cudaStream_t stream) {
+// One CTA per (query tile, head, grid_z sequence); kernels above 48 KB of dynamic shared memory
+// must opt in to it, per device. name: the kernel, in errors.
+template <class T, class Kernel, class... Args>
+void launch_tiles(Kernel* kernel, const char* name, unsigned grid_z, const FwdParams& p,
+                  cudaStream_t stream, const Args&... args) {
   const dim3 grid(unsigned((p.seqlen_q + T::kBlockM - 1) / T::kBlockM), unsigned(p.heads_q),
-                  unsigned(p.batch));
+                  grid_z);
   if (grid.x == 0 || grid.z == 0) return;
-  // Above 48 KB a kernel must opt in to its dynamic shared memory, per device.
-  check_cuda(cudaFuncSetAttribute(fwd_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  T::kSmemBytes),
-             "sm80 forward: shared memory limit");
-  fwd_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
-  check_launch("sm80 forward kernel");
+  check_cuda(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
+      (std::string(name) + ": shared memory limit").c_str());
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, args...);
+  check_launch(name);
+}
+
+// Calls launch(traits) with the FwdTraits of the tile shape a CTA with smem_limit
+// (tile_smem_limit(), common/device.hpp) runs: head dims whose shape depends on it have a kernel
+// per shape.
+template <class Elem, int kHeadDim, class Launch>
+void with_tile_traits(int smem_limit, const Launch& launch) {
+  if constexpr (fwd_shape_depends_on_smem(kHeadDim)) {
+    if (fwd_tile_shape(kHeadDim, smem_limit) == fwd_tile_shape(kHeadDim, kSm80SmemLimit)) {
+      return launch(FwdTraits<Elem, kHeadDim, kSm80SmemLimit>{});
+    }
+  }
+  launch(FwdTraits<Elem, kHeadDim>{});
+}
+
+template <class Elem, int kHeadDim>
+void launch_fwd(const FwdParams& p, int smem_limit, cudaStream_t stream) {
+  with_tile_traits<Elem, kHeadDim>(smem_limit, [&](auto traits) {
+    using T = decltype(traits);
+    launch_tiles<T>(fwd_kernel<T>, "sm80 forward kernel", unsigned(p.batch), p, stream);
+  });
 }
 
 // Grid z = cache sequences * key splits (kernel sequences, kv_source.cuh).
-template <class T>
-void launch_fwd_paged_kv(const FwdParams& p, const PagedKvParams& kv, cudaStream_t stream) {
-  const dim3 grid(unsigned((p.seqlen_q + T::kBlockM - 1) / T::kBlockM), unsigned(p.heads_q),
-                  unsigned(p.batch));
-  if (grid.x == 0 || grid.z == 0) return;
-  check_cuda(cudaFuncSetAttribute(fwd_paged_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  T::kSmemBytes),
-             "sm80 paged forward: shared memory limit");
-  fwd_paged_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, kv);
-  check_launch("sm80 paged forward kernel");
-}
-
-// smem_limit: tile_smem_limit() (common/device.hpp); head dims whose tile shape depends on it
-// have a kernel per shape.
-template <class Elem, int kHeadDim>
-void launch_fwd(const FwdParams& p, int smem_limit, cudaStream_t stream) {
-  if constexpr (fwd_shape_depends_on_smem(kHeadDim)) {
-    if (fwd_tile_shape(kHeadDim, smem_limit).block_m ==
-        fwd_tile_shape(kHeadDim, kSm80SmemLimit).block_m) {
-      return launch_fwd_contiguous<FwdTraits<Elem, kHeadDim, kSm80SmemLimit>>(p, stream);
-    }
-  }
-  launch_fwd_contiguous<FwdTraits<Elem, kHeadDim>>(p, stream);
-}
-
 template <class Elem, int kHeadDim>
 void launch_fwd_paged(const FwdParams& p, const PagedKvParams& kv, int smem_limit,
                       cudaStream_t stream) {
-  if constexpr (fwd_shape_depends_on_smem(kHeadDim)) {
-    if (fwd_tile_shape(kHeadDim, smem_limit).block_m ==
-        fwd_tile_shape(kHeadDim, kSm80SmemLimit).block_m) {
-      return launch_fwd_paged_kv<FwdTraits<Elem, kHeadDim, kSm80SmemLimit>>(p, kv, stream);
-    }
-  }
-  launch_fwd_paged_kv<FwdTraits<Elem, kHeadDim>>(p, kv, stream);
+  with_tile_traits<Elem, kHeadDim>(smem_limit, [&](auto traits) {
+    using T = decltype(traits);
+    launch_tiles<T>(fwd_paged_kernel<T>, "sm80 paged forward kernel", unsigned(p.batch), p, stream,
+                    kv);
+  });
 }
 
 }  // namespace flashkit::cuda::sm80
