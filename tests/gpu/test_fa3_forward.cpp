@@ -177,6 +177,65 @@ std::vector<double> run_out(const CaseData& c, Algo algo) {
   return out.values();
 }
 
+// Without varlen, more work units than SMs (160-320 here, against the H200's 132) run on
+// persistent CTAs of one to four tiles each: both Q buffers are reused and the pipeline's stages
+// and phases carry over from tile to tile (odd and even block counts per tile). Without a mask
+// a unit is a tile (d = 64 below 1024 keys takes the 2-consumer shape); under a mask the pair of
+// tiles m and last - m, with the middle tile of an odd count alone, tiles of no visible key
+// (more queries than keys, bottom-right aligned) and windows. The f32 output takes the register
+// epilogue, which releases Q without a store.
+TEST(Fa3Forward, PersistentCtasWalkSeveralTiles) {
+  FLASHKIT_REQUIRE_SM90();
+  CaseSpec s;
+  s.dtype = DType::bf16;
+  s.seqlens_q = std::vector<std::int64_t>(8, 600);
+  s.seqlens_k = std::vector<std::int64_t>(8, 520);
+  s.heads_q = 8;
+  s.heads_kv = 2;
+  s.head_dim = 128;
+  expect_gpu_forward_matches(s, Algo::fa3);
+  s.head_dim = 64;
+  s.seqlens_k = std::vector<std::int64_t>(8, 700);
+  expect_gpu_forward_matches(s, Algo::fa3);
+  s.seqlens_q = std::vector<std::int64_t>(2, 100);  // 1-128 query rows: 128-row tiles
+  s.seqlens_k = std::vector<std::int64_t>(2, 3000);
+  expect_gpu_forward_matches(s, Algo::fa3);
+
+  s.dtype = DType::f16;
+  s.head_dim = 128;
+  s.seqlens_q = std::vector<std::int64_t>(12, 300);
+  s.seqlens_k = std::vector<std::int64_t>(12, 200);
+  s.heads_kv = 8;
+  s.softcap = 20.0f;
+  s.alibi = true;
+  expect_gpu_forward_matches(s, Algo::fa3, DType::f32);
+  s.softcap = 0.0f;
+  s.alibi = false;
+
+  s.causal = true;
+  s.heads_kv = 2;
+  s.seqlens_q = s.seqlens_k = std::vector<std::int64_t>(10, 300);
+  expect_gpu_forward_matches(s, Algo::fa3);
+  const CaseData c = make_case(s);
+  EXPECT_EQ(run_out(c, Algo::fa3), run_out(c, Algo::fa3));
+
+  s.dtype = DType::bf16;
+  s.head_dim = 64;
+  s.heads_kv = 1;
+  s.seqlens_q = std::vector<std::int64_t>(6, 830);
+  s.seqlens_k = std::vector<std::int64_t>(6, 300);
+  expect_gpu_forward_matches(s, Algo::fa3);
+
+  s.causal = false;
+  s.head_dim = 128;
+  s.heads_kv = 4;
+  s.window_left = 200;
+  s.window_right = 50;
+  s.prefix_len = 30;
+  s.seqlens_q = s.seqlens_k = std::vector<std::int64_t>(6, 900);
+  expect_gpu_forward_matches(s, Algo::fa3);
+}
+
 TEST(Fa3Forward, RepeatsBitForBitAndIsWhatAutomaticRuns) {
   FLASHKIT_REQUIRE_SM90();
   CaseSpec s;

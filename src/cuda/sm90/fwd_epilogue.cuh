@@ -3,8 +3,9 @@
 // the warpgroup's 64 rows lie inside the tensor's token range (always without varlen: TMA clips
 // at the sequence end; with varlen only when all 64 rows belong to the sequence), O goes through
 // the warpgroup's own Q rows in shared memory (no other warpgroup reads them) and out with one
-// TMA store per 64-column slab. Otherwise (f32 output, a varlen tile crossing its sequence's
-// end) each quad stores its pairs straight from registers.
+// TMA store per 64-column slab; the kernel waits for the stores' completion before it ends.
+// Otherwise (f32 output, a varlen tile crossing its sequence's end) each quad stores its pairs
+// straight from registers.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include "core/softmax_state.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/ptx/convert.cuh"
+#include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/smem_desc.hpp"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/warp_reduce.cuh"
@@ -24,12 +26,48 @@
 
 namespace flashkit::cuda::sm90 {
 
+// Where the epilogue stages O element (row, dn * 8 + col0) of a tile (col0 < 8 even) in the Q
+// buffer's layout: 64-column slabs of [kBlockM rows][128 bytes], 16-byte units XOR-swizzled by
+// row % 8 (ptx::swizzled_offset). Written as one per-row register (row_base) XORed with a
+// compile-time unit and plus a compile-time slab offset per dn: with the full swizzled_offset
+// per dn the compiler keeps d / 8 addresses per row live across a persistent CTA's tiles.
+__device__ __host__ constexpr std::uint32_t staged_row_base(int row, int col0) {
+  return std::uint32_t(row) * 128 + (std::uint32_t(row % 8) << 4) + std::uint32_t(col0) * 2;
+}
+template <class T>
+__device__ __host__ constexpr std::uint32_t staged_offset(std::uint32_t row_base, int dn) {
+  return (row_base ^ (std::uint32_t(dn % 8) << 4)) + std::uint32_t(dn / 8) * T::kBlockM * 128;
+}
+template <class T>
+constexpr bool staged_offsets_are_swizzled() {
+  for (int row = 0; row < T::kBlockM; ++row) {
+    for (int col0 = 0; col0 < 8; col0 += 2) {
+      for (int dn = 0; dn < T::kD / 8; ++dn) {
+        const int col = dn * 8 + col0;
+        const std::uint32_t linear =
+            std::uint32_t((col / 64) * T::kBlockM * 128 + row * 128 + (col % 64) * 2);
+        if (staged_offset<T>(staged_row_base(row, col0), dn) !=
+            ptx::swizzled_offset(linear, ptx::Swizzle::b128)) {
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+// tid: the thread among the consumer threads. q: the tile's Q buffer; q_empty: its release, on
+// which the warpgroup's elected thread arrives once nothing of the warpgroup reads the buffer any
+// more (fwd_sync.hpp).
 template <class T>
 __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& maps,
-                                             const sm80::FwdTile& tile, unsigned char* smem,
-                                             int consumer, sm80::FwdAccum<T>& acc) {
+                                             const sm80::FwdTile& tile, unsigned char* q,
+                                             std::uint64_t* q_empty, int tid, int consumer,
+                                             sm80::FwdAccum<T>& acc) {
   using Elem = typename T::Elem;
-  const int tid = threadIdx.x - 128, warp = tid / 32, lane = tid % 32;
+  static_assert(T::kSlabBytesPerRow == 128 && staged_offsets_are_swizzled<T>(),
+                "the staging addresses are the Q tiles' 128-byte swizzle");
+  const int warp = tid / 32, lane = tid % 32;
   float inv_l[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -45,32 +83,30 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
 
   const int wg_row0 = tile.row_begin + 64 * consumer;
   const bool varlen = p.cu_seqlens_q != nullptr;
+  const auto wg_barrier = fwd_barrier_of(FwdNamedBarrier::epilogue, consumer);
   if (p.out_dtype == p.in_dtype && (!varlen || wg_row0 + 64 <= tile.row_end)) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = sm80::frag_row<T>(warp, lane, 0, 2 * half);  // within the 128-row tile
+      const int row = sm80::frag_row<T>(warp, lane, 0, 2 * half);  // within the tile
+      const std::uint32_t row_base = staged_row_base(row, sm80::frag_col(lane, 0, 0));
 #pragma unroll
       for (int dn = 0; dn < T::kD / 8; ++dn) {
-        const int col = sm80::frag_col(lane, dn, 0);
-        const std::uint32_t linear = (col / 64) * T::kBlockM * T::kSlabBytesPerRow +
-                                     row * T::kSlabBytesPerRow + (col % 64) * 2;
-        *reinterpret_cast<std::uint32_t*>(smem + ptx::swizzled_offset(linear, ptx::Swizzle::b128)) =
-            ptx::pack2<Elem>(acc.o[0][dn][2 * half] * inv_l[half],
-                             acc.o[0][dn][2 * half + 1] * inv_l[half]);
+        *reinterpret_cast<std::uint32_t*>(q + staged_offset<T>(row_base, dn)) = ptx::pack2<Elem>(
+            acc.o[0][dn][2 * half] * inv_l[half], acc.o[0][dn][2 * half + 1] * inv_l[half]);
       }
     }
     ptx::fence_proxy_async();
-    ptx::named_barrier_sync(fwd_barrier_of(FwdNamedBarrier::epilogue, consumer), 128);
+    ptx::named_barrier_sync(wg_barrier, 128);
     if (tid % 128 == 0) {
       const int batch = varlen ? 0 : tile.batch;
 #pragma unroll
       for (int s = 0; s < T::kSlabs; ++s) {
         const int c[4] = {s * 64, tile.head, int(tile.span.q_start) + wg_row0, batch};
-        ptx::tma_store<4>(maps.out, smem + (s * T::kBlockM + 64 * consumer) * T::kSlabBytesPerRow,
-                          c);
+        ptx::tma_store<4>(maps.out, q + (s * T::kBlockM + 64 * consumer) * T::kSlabBytesPerRow, c);
       }
       ptx::tma_store_commit();
-      ptx::tma_store_wait<0>();  // written before the kernel ends: later kernels read out
+      ptx::tma_store_wait_read<0>();  // the stores have read the staged rows
+      ptx::mbarrier_arrive(q_empty);
     }
     return;
   }
@@ -95,6 +131,8 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
       }
     }
   }
+  ptx::named_barrier_sync(wg_barrier, 128);  // every thread's wgmma is past the Q rows
+  if (tid % 128 == 0) ptx::mbarrier_arrive(q_empty);
 }
 
 }  // namespace flashkit::cuda::sm90

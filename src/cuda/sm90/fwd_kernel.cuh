@@ -1,26 +1,41 @@
 // The sm90 forward kernel (FlashAttention-3 class): warp-specialised producer / consumers over a
-// TMA + mbarrier pipeline, wgmma for both GEMMs, and its launch. Included only by the generated
-// per-head-dim instance files (fwd_instance.cu.in), which are compiled for sm_90a alone.
+// TMA + mbarrier pipeline, wgmma for both GEMMs, each CTA walking its tiles
+// (fwd_tile_scheduler.cuh: persistent where tiles are of equal length); and its launch. Included
+// only by the generated per-head-dim instance files (fwd_instance.cu.in), which are compiled for
+// sm_90a alone.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <limits>
+#include <string>
+
+#include "core/validate.hpp"
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/warpgroup.cuh"
 #include "cuda/sm80/fwd_softmax.cuh"
-#include "cuda/sm80/fwd_tile_scheduler.cuh"
 #include "cuda/sm80/kv_block_range.hpp"
 #include "cuda/sm90/fwd_epilogue.cuh"
 #include "cuda/sm90/fwd_mainloop.cuh"
 #include "cuda/sm90/fwd_maps.hpp"
 #include "cuda/sm90/fwd_producer.cuh"
+#include "cuda/sm90/fwd_tile_scheduler.cuh"
 #include "cuda/sm90/fwd_tile_shape.hpp"
 
 namespace flashkit::cuda::sm90 {
 
-template <class T>
+// x, as a value the compiler must recompute from rather than reuse earlier results of.
+__device__ __forceinline__ int opaque(int x) {
+  int y;
+  asm volatile("mov.b32 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// kPersistent: the CTA walks tiles blockIdx.x, + gridDim.x, ...; otherwise it runs one.
+template <class T, bool kPersistent>
 __global__ void __launch_bounds__(T::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps) {
   extern __shared__ unsigned char smem_raw[];
@@ -28,14 +43,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   unsigned char* smem = smem_raw + (((raw + 1023u) & ~1023u) - raw);
   FwdBarriers& bar = *reinterpret_cast<FwdBarriers*>(smem + T::kBarrierOffset);
 
-  const sm80::FwdTile tile = sm80::fwd_tile<T::kBlockM>(p);
-  if (tile.empty()) return;
-  const sm80::KvBlockRange range = sm80::kv_block_range(
-      p.mask, tile.row_begin, tile.row_end - 1, tile.span.len_q, tile.span.len_k, T::kBlockN);
-  const bool any_block = range.first() >= 0;
-
   if (threadIdx.x == 0) {
-    ptx::mbarrier_init(&bar.q_full, 1);
+    for (int b = 0; b < T::kQBuffers; ++b) {
+      ptx::mbarrier_init(&bar.q_full[b], 1);
+      ptx::mbarrier_init(&bar.q_empty[b], T::kConsumers);  // one elected thread per warpgroup
+    }
     for (int s = 0; s < T::kStages; ++s) {
       ptx::mbarrier_init(&bar.k_full[s], 1);
       ptx::mbarrier_init(&bar.v_full[s], 1);
@@ -49,41 +61,87 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<T::kProducerRegs>();
-    if (threadIdx.x == 0 && any_block) fwd_producer<T>(p, maps, tile, range, smem, bar);
+    if (threadIdx.x == 0) fwd_producer<T, kPersistent>(p, maps, smem, bar);
     return;
   }
   ptx::warpgroup_reg_alloc<T::kConsumerRegs>();
-  const int consumer = warpgroup - 1;
-  sm80::FwdAccum<T> acc;
+  const int consumer = warpgroup - 1, tid = threadIdx.x - 128;
+  const FwdWalk<T::kBlockM, kPersistent> walk(p);
+  int blocks = 0, q_use = 0;  // the CTA's blocks and tiles so far (fwd_sync.hpp)
+  for (int slot = 0; !walk.done(p, slot); ++slot) {
+    sm80::FwdTile tile = walk.tile(p, slot);
+    if (tile.empty()) continue;
+    const int buffer = q_use % T::kQBuffers;
+    const std::uint32_t q_parity = std::uint32_t(q_use / T::kQBuffers) & 1;
+    unsigned char* q = smem + buffer * T::kQBytes;
+    sm80::FwdAccum<T> acc;
 #pragma unroll
-  for (int dn = 0; dn < T::kD / 8; ++dn)
+    for (int dn = 0; dn < T::kD / 8; ++dn)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc.o[0][dn][i] = 0.0f;
-  acc.row[0][0] = {};
-  acc.row[0][1] = {};
-  if (any_block) fwd_consumer_mainloop<T>(p, tile, range, smem, bar, consumer, acc);
-  fwd_epilogue<T>(p, maps, tile, smem, consumer, acc);
+      for (int i = 0; i < 4; ++i) acc.o[0][dn][i] = 0.0f;
+    acc.row[0][0] = {};
+    acc.row[0][1] = {};
+    {
+      const sm80::KvBlockRange range = sm80::kv_block_range(
+          p.mask, tile.row_begin, tile.row_end - 1, tile.span.len_q, tile.span.len_k, T::kBlockN);
+      if (range.first() >= 0) {
+        fwd_consumer_mainloop<T>(p, tile, range, smem, ptx::smem_address(q), &bar.q_full[buffer],
+                                 q_parity, bar, tid, consumer, blocks, acc);
+      } else {
+        ptx::mbarrier_wait(&bar.q_full[buffer], q_parity);  // the producer's turn of the buffer
+      }
+    }
+    // Re-derived from a copy of the slot the compiler cannot see through, so that the tile's
+    // fields are not held live through the mainloop (with them, ptxas spilled at d = 128).
+    tile = walk.tile(p, opaque(slot));
+    fwd_epilogue<T>(p, maps, tile, q, &bar.q_empty[buffer], tid, consumer, acc);
+    ++q_use;
+  }
+  if (threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();  // out is complete when the kernel ends
+}
+
+template <class Kernel>
+void launch_grid(Kernel kernel, dim3 grid, int threads, int smem_bytes, const FwdParams& p,
+                 const FwdMaps& maps, cudaStream_t stream) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
+             "sm90 forward: shared memory limit");
+  kernel<<<grid, threads, smem_bytes, stream>>>(p, maps);
+  check_launch("sm90 forward kernel");
 }
 
 template <class Elem, int kHeadDim, int kConsumers, int kBlockN>
-void launch_fwd_with(const FwdParams& p, const FwdMaps& maps, cudaStream_t stream) {
+void launch_fwd_with(const FwdParams& p, const FwdMaps& maps, int multiprocessors,
+                     cudaStream_t stream) {
   using T = FwdTraits<Elem, kHeadDim, kConsumers, kBlockN>;
-  const dim3 grid(unsigned((p.seqlen_q + T::kBlockM - 1) / T::kBlockM), unsigned(p.heads_q),
+  const std::int64_t units = FwdWalk<T::kBlockM, false>(p).units(p);
+  if (units == 0) return;
+  if (units > std::numeric_limits<int>::max()) {
+    core::fail("q",
+               "at most 2^31 - 1 query tiles of " + std::to_string(T::kBlockM) +
+                   " rows (batch x heads_q x tiles per sequence)",
+               std::to_string(units));
+  }
+  if constexpr (T::kPersistentFits) {
+    if (fwd_walk_persistent<T::kBlockM>(p, multiprocessors)) {
+      return launch_grid(fwd_kernel<T, true>, dim3(unsigned(multiprocessors)), T::kThreads,
+                         T::kSmemBytes, p, maps, stream);
+    }
+  }
+  const dim3 grid(unsigned(FwdWalk<T::kBlockM, false>(p).q_tiles), unsigned(p.heads_q),
                   unsigned(p.batch));
-  if (grid.x == 0 || grid.z == 0) return;
-  check_cuda(cudaFuncSetAttribute(fwd_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  T::kSmemBytes),
-             "sm90 forward: shared memory limit");
-  fwd_kernel<T><<<grid, T::kThreads, T::kSmemBytes, stream>>>(p, maps);
-  check_launch("sm90 forward kernel");
+  launch_grid(fwd_kernel<T, false>, grid, T::kThreads, T::kSmemBytes, p, maps, stream);
 }
 
 // shape: fwd_shape of the call, which also sized the maps' boxes.
 template <class Elem, int kHeadDim>
-void launch_fwd(const FwdParams& p, const FwdMaps& maps, FwdShape shape, cudaStream_t stream) {
+void launch_fwd(const FwdParams& p, const FwdMaps& maps, FwdShape shape, int multiprocessors,
+                cudaStream_t stream) {
   constexpr FwdShape a = fwd_long_open_shape(kHeadDim), b = fwd_short_masked_shape(kHeadDim);
-  if (shape == a) return launch_fwd_with<Elem, kHeadDim, a.consumers, a.block_n>(p, maps, stream);
-  launch_fwd_with<Elem, kHeadDim, b.consumers, b.block_n>(p, maps, stream);
+  if (shape == a) {
+    return launch_fwd_with<Elem, kHeadDim, a.consumers, a.block_n>(p, maps, multiprocessors,
+                                                                   stream);
+  }
+  launch_fwd_with<Elem, kHeadDim, b.consumers, b.block_n>(p, maps, multiprocessors, stream);
 }
 
 }  // namespace flashkit::cuda::sm90

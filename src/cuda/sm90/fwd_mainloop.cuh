@@ -11,7 +11,7 @@
 //    overlaps another's GEMMs.
 // Consumer 0 goes first: the last consumer opens its barrier once before the loop. All run the
 // same blocks, so over L loop steps each barrier sees L syncs and L arrivals (the last consumer
-// skips its arrival after its last step).
+// skips its arrival after its last step): every tile leaves the barriers as it found them.
 #pragma once
 
 #include <cstdint>
@@ -109,14 +109,18 @@ __device__ __forceinline__ void to_probs(std::uint32_t (&probs)[T::kBlockN / 16]
   for (int kk = 0; kk < T::kBlockN / 16; ++kk) sm80::probs_as_a<T>(probs[kk], s, 0, kk);
 }
 
+// tid: the thread among the consumer threads (0 .. kConsumerThreads - 1). q: the tile's Q
+// buffer, which has landed once q_full completes its phase q_parity. blocks: the CTA's count of
+// blocks so far, which gives each block's stage and phase; advanced by the tile's.
 template <class T>
 __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const sm80::FwdTile& tile,
                                                       const sm80::KvBlockRange& range,
-                                                      unsigned char* smem, FwdBarriers& bar,
-                                                      int consumer, sm80::FwdAccum<T>& acc) {
-  const int tid = threadIdx.x - 128;  // 0 .. kConsumerThreads - 1 over the consumer warpgroups
+                                                      unsigned char* smem, std::uint32_t q,
+                                                      std::uint64_t* q_full, std::uint32_t q_parity,
+                                                      FwdBarriers& bar, int tid, int consumer,
+                                                      int& blocks, sm80::FwdAccum<T>& acc) {
   ConsumerState<T> c{p, range, {}, tid / 32, tid % 32, 0, 0, 0};
-  c.q_tile = ptx::smem_address(smem) + consumer * 64 * T::kSlabBytesPerRow;
+  c.q_tile = q + consumer * 64 * T::kSlabBytesPerRow;
   c.k_tiles = ptx::smem_address(smem) + T::kKOffset;
   c.v_tiles = ptx::smem_address(smem) + T::kVOffset;
   c.ctx.row0 = tile.row_begin;
@@ -130,24 +134,24 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
       fwd_barrier_of(FwdNamedBarrier::schedule, last_consumer ? 0 : consumer + 1);
   auto parity = [](int it) { return std::uint32_t(it / T::kStages) & 1; };
 
-  // Block 0: S alone, its softmax (O is still zero: alpha is moot).
+  // The first block: S alone, its softmax (O is still zero: alpha is moot).
   sm80::ScoreBlock<T> s;
   std::uint32_t probs[T::kBlockN / 16][4];
   float alpha[1][2];
   int n = range.first();
-  ptx::mbarrier_wait(&bar.q_full, 0);
-  ptx::mbarrier_wait(&bar.k_full[0], 0);
+  int it = blocks;
+  ptx::mbarrier_wait(q_full, q_parity);
+  ptx::mbarrier_wait(&bar.k_full[it % T::kStages], parity(it));
   ptx::wgmma_fence();
-  issue_qk<T>(s, c, 0);
+  issue_qk<T>(s, c, it % T::kStages);
   ptx::wgmma_wait<0>();
-  ptx::mbarrier_arrive(&bar.k_empty[0]);
+  ptx::mbarrier_arrive(&bar.k_empty[it % T::kStages]);
   softmax_of_block<T>(s, acc, c, n, alpha);
   to_probs<T>(probs, s);
 
   int next = range.next(n);
   if (last_consumer && next >= 0) ptx::named_barrier_arrive(next_turn, 256);
-  int it = 1;
-  for (; next >= 0; ++it) {
+  for (++it; next >= 0; ++it) {
     const int k_stage = it % T::kStages, v_stage = (it - 1) % T::kStages;
     const int after = range.next(next);
     ptx::mbarrier_wait(&bar.k_full[k_stage], parity(it));
@@ -170,7 +174,7 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
     next = after;
   }
 
-  // The last block's P V.
+  // The last block's P V (its count is it - 1).
   const int v_stage = (it - 1) % T::kStages;
   ptx::mbarrier_wait(&bar.v_full[v_stage], parity(it - 1));
   ptx::wgmma_fence();
@@ -178,6 +182,7 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
   ptx::wgmma_wait<0>();
   ptx::warpgroup_fence_operands(flat<T::kD>(acc.o));
   ptx::mbarrier_arrive(&bar.v_empty[v_stage]);
+  blocks = it;
 }
 
 }  // namespace flashkit::cuda::sm90

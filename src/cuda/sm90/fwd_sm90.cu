@@ -5,13 +5,14 @@
 
 #include "core/mask_rules.hpp"
 #include "core/validate.hpp"
+#include "cuda/common/device.hpp"
 #include "cuda/sm90/fwd_maps.hpp"
 #include "cuda/sm90/fwd_tile_shape.hpp"
 
 namespace flashkit::cuda::sm90 {
 
 template <class Elem, int kHeadDim>
-void launch_fwd(const FwdParams& p, const FwdMaps& maps, FwdShape shape,
+void launch_fwd(const FwdParams& p, const FwdMaps& maps, FwdShape shape, int multiprocessors,
                 cudaStream_t stream);  // fwd_kernel.cuh
 
 namespace {
@@ -43,11 +44,12 @@ void fwd(const AttentionArgs& a, const core::ProblemDims& d, const FwdParams& p,
   const FwdShape shape =
       fwd_shape(p.head_dim, core::masks_anything(p.mask), p.seqlen_q, p.seqlen_k);
   const FwdMaps maps = make_fwd_maps(a, d, 64 * shape.consumers, shape.block_n);
+  const int sms = multiprocessor_count(a.q.device());
   switch (p.head_dim) {
-#define FLASHKIT_SM90_FWD_HEAD_DIM(hd)                          \
-  case hd:                                                      \
-    return f16 ? launch_fwd<__half, hd>(p, maps, shape, stream) \
-               : launch_fwd<__nv_bfloat16, hd>(p, maps, shape, stream);
+#define FLASHKIT_SM90_FWD_HEAD_DIM(hd)                               \
+  case hd:                                                           \
+    return f16 ? launch_fwd<__half, hd>(p, maps, shape, sms, stream) \
+               : launch_fwd<__nv_bfloat16, hd>(p, maps, shape, sms, stream);
 #include "cuda/sm90/fwd_head_dims.inc"
 #undef FLASHKIT_SM90_FWD_HEAD_DIM
     default:

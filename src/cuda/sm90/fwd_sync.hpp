@@ -1,9 +1,16 @@
 // How the sm90 forward's warpgroups synchronise.
 //
 // mbarriers (shared memory) carry the TMA pipeline: a full barrier per stage and operand that
-// the producer's copies complete, and an empty barrier per stage and operand that the 256
-// consumer threads arrive on once their wgmma has read it. K and V are released separately: K
-// once S = Q K^T is done, V once P V is done, so the next K can land while P V still runs.
+// the producer's copies complete, and an empty barrier per stage and operand that the consumer
+// threads arrive on once their wgmma has read it. K and V are released separately: K once
+// S = Q K^T is done, V once P V is done, so the next K can land while P V still runs. The stage
+// and phase of a block come from the CTA's running count of blocks, over all its tiles.
+//
+// Q has one or two buffers (FwdTraits::kQBuffers, as shared memory allows), used by a CTA's
+// tiles in turn: q_full completes when a tile's Q has landed; q_empty when every consumer
+// warpgroup is done with the buffer, which also stages the tile's O for its TMA store, so one
+// elected thread per warpgroup arrives once that store has read it. With two buffers the next
+// tile's Q lands while this tile's last blocks and epilogue run.
 //
 // Named barriers (FwdNamedBarrier) order the consumer warpgroups: the epilogue's shared-memory
 // staging (128 threads each), and the pingpong schedule, where the warpgroups take turns in a
@@ -18,9 +25,10 @@ namespace flashkit::cuda::sm90 {
 
 inline constexpr int kFwdStages = 2;
 inline constexpr int kFwdMaxConsumers = 3;
+inline constexpr int kFwdMaxQBuffers = 2;
 
 struct FwdBarriers {
-  std::uint64_t q_full;
+  std::uint64_t q_full[kFwdMaxQBuffers], q_empty[kFwdMaxQBuffers];
   std::uint64_t k_full[kFwdStages], v_full[kFwdStages];
   std::uint64_t k_empty[kFwdStages], v_empty[kFwdStages];
 };

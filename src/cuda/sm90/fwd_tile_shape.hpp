@@ -9,9 +9,13 @@
 //          (K + V) 64 KB = 88 KB. Three consumers, not two: at 128 x 128 the kernel was
 //          issue-bound with 2.25 warps per scheduler (ncu, N = 4k: 48 % of issue slots used);
 //          a third consumer adds a warp per scheduler and shares each K/V block among 192 rows
-//          (H200: +10-15 % at N >= 2k). Under a causal or window mask with fewer than 4096
-//          query rows, 128 x 128 with 2 consumers: 192-row tiles cross the diagonal over more
-//          masked blocks (causal N = 1k: -12 %; 4k: +2 %; 16k: +4-7 %).
+//          (H200: +10-15 % at N >= 2k). 128 x 128 with 2 consumers instead:
+//          - without a mask below 1024 keys, where the 2-consumer CTA's persistent walk (which 3
+//            consumers have no registers for: fwd_tile_scheduler.cuh) pays more (N = 512:
+//            +7 %; 1k: -1 %; 2k: -11 %), and where 192-row tiles would pad the query rows by
+//            more than an eighth over 128-row ones (1-128 query rows: by half);
+//          - under a causal or window mask below 4096 query rows: 192-row tiles cross the
+//            diagonal over more masked blocks (causal N = 1k: -12 %; 4k: +2 %; 16k: +4-7 %).
 //   d 128: 128 x 176 from 8192 keys on (S 88 + O 64 + P 44); 32 KB + 176 KB = 208 KB: 27 %
 //          fewer blocks, so less per-block work (barrier waits, row maxima, O rescale): H200
 //          +3-9 % at 8k-16k keys, causal +1-5 %. Below, 128 x 128 (S 64 + O 64; 160 KB): with
@@ -25,6 +29,8 @@
 // both one TMA box per slab and wgmma's canonical K-major (Q, K) or N-major (V) layout.
 #pragma once
 
+#include <cstdint>
+
 #include "cuda/sm90/fwd_sync.hpp"
 
 namespace flashkit::cuda::sm90 {
@@ -37,10 +43,20 @@ struct FwdShape {
   }
 };
 
+// 192-row tiles pad seqlen_q query rows by at most an eighth more than 128-row tiles do.
+constexpr bool fwd_192_rows_pad_little(int seqlen_q) {
+  const std::int64_t q = seqlen_q;
+  return 8 * ((q + 191) / 192) * 192 <= 9 * ((q + 127) / 128) * 128;
+}
+
 // The shape of one call (see the notes above); masked: causal or a window; seqlen_*: the longest
 // sequence of the batch.
 constexpr FwdShape fwd_shape(int head_dim, bool masked, int seqlen_q, int seqlen_k) {
-  if (head_dim <= 64) return {!masked || seqlen_q >= 4096 ? 3 : 2, 128};
+  if (head_dim <= 64) {
+    const bool three =
+        masked ? seqlen_q >= 4096 : seqlen_k >= 1024 && fwd_192_rows_pad_little(seqlen_q);
+    return {three ? 3 : 2, 128};
+  }
   if (head_dim <= 128) return {2, seqlen_k >= 8192 ? 176 : 128};
   return {2, 80};
 }
@@ -86,11 +102,22 @@ struct FwdTraits {
   static constexpr int kSlabs = kD / 64;
   static constexpr int kQBytes = kBlockM * kD * 2;
   static constexpr int kKvBytes = kBlockN * kD * 2;
-  static constexpr int kKOffset = kQBytes;
-  static constexpr int kVOffset = kQBytes + kStages * kKvBytes;
-  static constexpr int kBarrierOffset = kQBytes + 2 * kStages * kKvBytes;
   // + 1024: dynamic shared memory is only 16-byte aligned; tiles need the 1024-byte atom.
-  static constexpr int kSmemBytes = kBarrierOffset + int(sizeof(FwdBarriers)) + 1024;
+  static constexpr int smem_bytes(int q_buffers) {
+    return q_buffers * kQBytes + 2 * kStages * kKvBytes + int(sizeof(FwdBarriers)) + 1024;
+  }
+  // A persistent CTA (fwd_tile_scheduler.cuh) needs a second Q buffer (with one, the next
+  // tile's Q would wait for this tile's epilogue) and registers for the tile loop: with 3
+  // consumers (160 registers each) ptxas spilled ~200 B per thread in the mainloop, with 2
+  // none. So two Q buffers with 2 consumers where they fit (d 64: 96 KB; d 128 with 128-key
+  // blocks: 192 KB), one otherwise (d 64 with 3 consumers, 88 KB; d 128 with 176-key blocks,
+  // where 240 KB would not fit; d 256, 288 KB).
+  static constexpr int kQBuffers = kConsumers == 2 && smem_bytes(2) <= 227 * 1024 ? 2 : 1;
+  static constexpr bool kPersistentFits = kQBuffers == 2;
+  static constexpr int kKOffset = kQBuffers * kQBytes;
+  static constexpr int kVOffset = kKOffset + kStages * kKvBytes;
+  static constexpr int kBarrierOffset = kVOffset + kStages * kKvBytes;
+  static constexpr int kSmemBytes = smem_bytes(kQBuffers);
 
   static_assert(kD % 64 == 0, "sm90 forward tiles d in 64-element slabs");
   static_assert(kConsumers == 2 || (kConsumers == 3 && kD <= 64),
@@ -100,6 +127,7 @@ struct FwdTraits {
   static_assert(kConsumers <= kFwdMaxConsumers, "FwdNamedBarrier ids per consumer");
   static_assert(kConsumerRegs <= 240, "setmaxnreg: at most 256, and the kernel needs no more");
   static_assert(kStages == kFwdStages, "FwdBarriers holds the stages");
+  static_assert(kQBuffers <= kFwdMaxQBuffers, "FwdBarriers holds the Q buffers");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA on sm90");
 };
 

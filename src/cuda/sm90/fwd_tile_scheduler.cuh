@@ -1,0 +1,85 @@
+// Which query tiles a CTA of the sm90 forward owns, and how many CTAs a call launches.
+//
+// Work is handed out in units, numbered as the sm80 forward numbers its CTAs: the query tile
+// fastest, last tile first (under a causal mask the last tiles see the most keys, so they start
+// first), then the query head, then the sequence.
+//  - One CTA per tile: varlen batches, tile shapes without room for a persistent CTA
+//    (FwdTraits::kPersistentFits), calls with no more units than SMs, and calls without a mask
+//    from 4096 keys on (fwd_walk_persistent).
+//  - Otherwise persistent: one CTA per SM, CTA b taking units b, b + grid, b + 2 grid, ... The
+//    producer then loads the next tile's Q and first K while the consumers still finish this
+//    one (fwd_sync.hpp), which saves per tile a CTA launch, the barrier set-up and the Q and
+//    first-K latency. The static round robin needs units of equal work: without a mask a unit
+//    is one tile (all visit every KV block); under a mask it is the pair of query tiles m and
+//    q_tiles - 1 - m of one (sequence, head), whose block counts sum to the same number under a
+//    causal mask (tiles one by one over a static round robin left SMs idle at the end of the
+//    grid: docs/kernels/sm90_fwd.md, v4, -5 to -29 %).
+#pragma once
+
+#include <cstdint>
+
+#include "core/mask_rules.hpp"
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/sm80/fwd_tile_scheduler.cuh"
+
+namespace flashkit::cuda::sm90 {
+
+// Slot s = 0, 1, ... of a CTA's walk names one tile (or none). kPersistent: the CTA takes units
+// blockIdx.x, + gridDim.x, ... until they run out. Otherwise the grid is (query tiles, heads,
+// sequences) and the CTA runs the one tile its block index names, with no division.
+template <int kBlockM, bool kPersistent>
+struct FwdWalk {
+  int q_tiles;    // query tiles per (sequence, head)
+  int per_unit;   // tiles per unit: 1, or 2 (a pair under a mask)
+  int unit_span;  // units per (sequence, head)
+
+  FLASHKIT_HD explicit FwdWalk(const FwdParams& p)
+      : q_tiles(int((p.seqlen_q + kBlockM - 1) / kBlockM)),
+        per_unit(kPersistent && core::masks_anything(p.mask) ? 2 : 1),
+        unit_span((q_tiles + per_unit - 1) / per_unit) {}
+
+  // All units of the call (the launch checks that they number at most 2^31 - 1).
+  FLASHKIT_HD std::int64_t units(const FwdParams& p) const {
+    return std::int64_t(unit_span) * p.heads_q * p.batch;
+  }
+  __device__ __forceinline__ int unit_of(int slot) const {
+    return int(blockIdx.x + (slot / per_unit) * gridDim.x);
+  }
+  __device__ __forceinline__ bool done(const FwdParams& p, int slot) const {
+    return kPersistent ? unit_of(slot) >= unit_span * p.heads_q * p.batch : slot > 0;
+  }
+
+  // The tile of a slot; empty when it has none (the second of a pair whose first is the middle
+  // tile; a varlen sequence shorter than the grid assumed).
+  __device__ __forceinline__ sm80::FwdTile tile(const FwdParams& p, int slot) const {
+    if (!kPersistent) return sm80::fwd_tile<kBlockM>(p);
+    const int unit = unit_of(slot);
+    const int bh = unit / unit_span, in_span = unit - bh * unit_span;
+    const bool second = slot % per_unit == 1;
+    sm80::FwdTile t;
+    t.m_block = second ? in_span : q_tiles - 1 - in_span;
+    t.head = bh % p.heads_q;
+    t.batch = bh / p.heads_q;
+    t.head_kv = t.head / p.group();  // GQA: a head index mapping, no K/V copies
+    t.span = sequence_span(p, t.batch);
+    t.row_begin = t.m_block * kBlockM;
+    const int end = t.row_begin + kBlockM;
+    t.row_end = end < t.span.len_q ? end : int(t.span.len_q);
+    if (second && t.m_block == q_tiles - 1 - in_span) t.row_end = t.row_begin;
+    return t;
+  }
+};
+
+// Whether a call takes the persistent walk with `multiprocessors` SMs (one CTA fills an SM):
+// more units than SMs, and tiles whose lengths a static round robin balances: equal without a
+// mask, pairs of equal sum under a causal mask, and no varlen batch (sequences of any length).
+// Without a mask it also needs fewer than 4096 keys: from there on the persistent walk
+// measured slower than one CTA per tile (H200, d = 128, N = 4k: 609 against 623 TFLOP/s; the
+// cause is not found), where under a causal mask it still gains (+4 %).
+template <int kBlockM>
+inline bool fwd_walk_persistent(const FwdParams& p, int multiprocessors) {
+  return p.cu_seqlens_q == nullptr && (core::masks_anything(p.mask) || p.seqlen_k < 4096) &&
+         FwdWalk<kBlockM, true>(p).units(p) > multiprocessors;
+}
+
+}  // namespace flashkit::cuda::sm90
