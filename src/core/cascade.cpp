@@ -61,7 +61,8 @@ constexpr std::int64_t kTargetCtas = 4 * 132;
 constexpr std::int64_t kMaxSharedSplits = 16;
 // A split of fewer keys costs more (its Q load, epilogue and partial state) than it adds.
 constexpr std::int64_t kMinSplitKeys = 256;
-constexpr std::int64_t kSplitKeyMultiple = 64;  // the forward's KV block (d <= 256)
+constexpr std::int64_t kSplitKeyMultiple = 64;       // the sm80 forward's KV block (d <= 256)
+constexpr std::int64_t kSm90SplitKeyMultiple = 128;  // the sm90 one's (d <= 128)
 
 std::int64_t div_up(std::int64_t a, std::int64_t b) {
   return (a + b - 1) / b;
@@ -290,11 +291,11 @@ void merge(const CascadeAttentionArgs& a, const Workspace& ws, std::int64_t stat
 }
 
 #if FLASHKIT_HAVE_CUDA
-// FLASHKIT_CASCADE_SPLITS=N (benchmarks): at most N key splits for the shared level, never more
-// than the workspace holds.
+// FLASHKIT_CASCADE_SPLITS=N (benchmarks): at most N key splits for the shared level instead of
+// the kernel's own choice below, never more than the workspace holds; 0 when unset.
 std::int64_t split_cap() {
   const char* env = std::getenv("FLASHKIT_CASCADE_SPLITS");
-  if (env == nullptr) return kMaxSharedSplits;
+  if (env == nullptr) return 0;
   char* end = nullptr;
   const long n = std::strtol(env, &end, 10);
   if (end == env || *end != '\0' || n < 1) {
@@ -303,20 +304,34 @@ std::int64_t split_cap() {
   return n;
 }
 
-// The prefix's keys in equal splits (multiples of the forward's KV block), as many as the
+// The prefix's keys in equal splits (multiples of the kernel's KV block), as many as the
 // workspace holds and the block table's capacity fills with kMinSplitKeys each. The capacity
-// stands for the prefix length, which stays on the device.
-cuda::PagedFwdOptions shared_split(const Workspace& ws, const core::PagedDims& d) {
-  const std::int64_t capacity = d.max_pages * d.page_size;
-  const std::int64_t most = std::min(max_shared_splits(ws.rows(), ws.d.heads), split_cap());
-  const std::int64_t keys = std::max(
-      kMinSplitKeys, div_up(div_up(capacity, most), kSplitKeyMultiple) * kSplitKeyMultiple);
+// stands for the prefix length, which stays on the device. The sm90 kernel's CTA holds a whole
+// SM (all its registers), so there the splits fill the SMs once (H200, batch 64, a 4k prefix, 8
+// KV heads: 2 packed tiles x 8 heads x 8 splits of 512 keys = 128 CTAs, 69.7 us for the step
+// against 80.8 with 16 of 256 keys on the sm80 kernel), or half of them when the suffix level
+// may run beside it on a side stream (4 splits: 60.9 us, docs/kernels/cascade.md, v4).
+cuda::PagedFwdOptions shared_split(const PagedAttentionArgs& shared, const Workspace& ws,
+                                   const core::PagedDims& d, bool side_stream) {
   cuda::PagedFwdOptions split;
-  split.key_splits = int(std::clamp<std::int64_t>(div_up(capacity, keys), 1, most));
-  split.split_keys = int(keys);
   split.out_stride = ws.o_elems();
   split.lse_stride = ws.lse_elems();
   split.pack_gqa = d.group() > 1;  // the level is non-causal: rows need no positions
+  const std::int64_t capacity = d.max_pages * d.page_size;
+  std::int64_t most = max_shared_splits(ws.rows(), ws.d.heads);
+  std::int64_t multiple = kSplitKeyMultiple;
+  if (cuda::paged_fwd_kernel(shared, d, split) == cuda::PagedFwdKernel::sm90) {
+    const std::int64_t pack = split.pack_gqa ? d.group() : 1;
+    const std::int64_t ctas = div_up(ws.rows() * pack, kTileRows) * (d.heads_q / pack);
+    const std::int64_t sms = cuda::multiprocessor_count(shared.q.device());
+    most = std::clamp<std::int64_t>((side_stream ? sms / 2 : sms) / ctas, 1, most);
+    multiple = kSm90SplitKeyMultiple;
+  }
+  if (split_cap() > 0) most = std::min(max_shared_splits(ws.rows(), ws.d.heads), split_cap());
+  const std::int64_t keys =
+      std::max(kMinSplitKeys, div_up(div_up(capacity, most), multiple) * multiple);
+  split.key_splits = int(std::clamp<std::int64_t>(div_up(capacity, keys), 1, most));
+  split.split_keys = int(keys);
   return split;
 }
 
@@ -337,7 +352,8 @@ void run_on_device(const CascadeAttentionArgs& a, const Workspace& ws) {
   PagedAttentionArgs shared = shared_rows(a, ws, 0, ws.rows());
   shared.num_splits = 1;  // the decode kernels' own split would need a workspace of its own
   const core::PagedDims shared_dims = validate_level(shared, "shared");
-  cuda::PagedFwdOptions split = shared_split(ws, shared_dims);
+  const bool side_stream = a.side_stream != nullptr && a.side_stream != a.stream;
+  cuda::PagedFwdOptions split = shared_split(shared, ws, shared_dims, side_stream);
   const bool tensor_cores = (a.algo == Algo::automatic || a.algo == Algo::fa2) &&
                             cuda::paged_fwd_unsupported(shared, shared_dims, split).empty();
   if (!tensor_cores) split.key_splits = 1;
@@ -347,7 +363,7 @@ void run_on_device(const CascadeAttentionArgs& a, const Workspace& ws) {
   if (ws.rows() == 0) return;
 
   const bool fork =
-      a.side_stream != nullptr && a.side_stream != a.stream && tensor_cores &&
+      side_stream && tensor_cores &&
       2 * shared_ctas(ws, shared_dims, split) <= cuda::multiprocessor_count(a.q.device());
   if (fork) {
     cuda::stream_wait(a.side_stream, a.stream);  // the suffix level's inputs are on `stream`

@@ -44,18 +44,6 @@ int processors(const Device& device) {
 }
 
 #if FLASHKIT_HAVE_CUDA
-// Query rows per KV head (q_len * GQA group) above which a CUDA call runs on the tensor-core paged
-// forward instead of the decode kernels (chunked prefill, append). Measured on the H200 (batch 4,
-// 4096 cached tokens, GQA 32/8, d 128, causal; bench/results/h200/paged_prefill.json): 64 rows
-// 0.085 ms on the decode kernels vs 0.241 on tensor cores, 128 rows 0.153 vs 0.242, 192 rows
-// 0.301 vs 0.243, 1024 rows 1.17 vs 0.295. (The tensor-core time is flat up to 256 rows: 64
-// CTAs of one 128-row tile each walk all 4096 keys.)
-constexpr std::int64_t kDecodeKernelMaxRows = 128;
-
-bool tensor_core_call(const PagedAttentionArgs& args, const core::PagedDims& dims) {
-  return args.algo == Algo::automatic && dims.q_len * dims.group() > kDecodeKernelMaxRows &&
-         cuda::paged_fwd_unsupported(args, dims).empty();
-}
 #else
 [[noreturn]] void no_backend(const std::string& argument, const Device& device) {
   core::fail(argument + ".device", "cpu (this build has no CUDA backend)", device.str());
@@ -95,7 +83,7 @@ void paged_attention(const PagedAttentionArgs& args) {
   const core::PagedDims dims = core::validate_paged(args, processors(args.q.device()));
   if (args.q.device().is_cpu()) return cpu::paged_attention(args, dims);
 #if FLASHKIT_HAVE_CUDA
-  if (tensor_core_call(args, dims)) return cuda::paged_fwd(args, dims);
+  if (cuda::paged_fwd_preferred(args, dims)) return cuda::paged_fwd(args, dims);
   return cuda::paged_attention(args, dims);
 #else
   no_backend("q", args.q.device());

@@ -2,7 +2,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
+#include <numeric>
 
 #include "core/softmax_state.hpp"
 #include "core/validate.hpp"
@@ -11,6 +13,10 @@
 #include "cuda/sm80/fwd_sm80.hpp"
 #include "cuda/sm80/paged_kv_params.hpp"
 #include "flashkit/error.hpp"
+
+#if FLASHKIT_HAVE_SM90
+#include "cuda/sm90/fwd_sm90.hpp"
+#endif
 
 namespace flashkit::cuda {
 
@@ -86,18 +92,76 @@ sm80::PagedKvParams kv_params(const PagedAttentionArgs& a, const core::PagedDims
   return p;
 }
 
+// Compute capability as 10 * major + minor of q's device, or -1 when q is not on the current
+// CUDA device.
+int capability_of(const Tensor& q) {
+  int device = -1, major = 0, minor = 0;
+  if (q.device().is_cpu() || cudaGetDevice(&device) != cudaSuccess || device != q.device().index ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return 10 * major + minor;
+}
+
+// What the sm90 kernel needs beyond what both take; "" when it runs the call.
+std::string sm90_unsupported(const core::PagedDims& d, const PagedFwdOptions& o, int capability) {
+#if FLASHKIT_HAVE_SM90
+  if (capability != 90) return "the sm90 kernel on a device of compute capability != 9.0";
+  if (!sm90::fwd_has_head_dim(int(d.head_dim))) {
+    return "head dim not in " + sm90::fwd_head_dims_text() + " for the sm90 kernel";
+  }
+  // Boxes of fewer than 16 slots would cost the producer thread 8+ copies per 64-column slab of
+  // every 128-key block.
+  if (d.page_size < 16) return "pages of fewer than 16 slots for the sm90 kernel";
+  if (o.pack_gqa && 128 % d.group() != 0) return "a GQA group not dividing 128 for the sm90 kernel";
+  return "";
+#else
+  (void)d;
+  (void)o;
+  (void)capability;
+  return "the sm90 kernel in a build without sm_90a";
+#endif
+}
+
+// Rows per K / V box of the sm90 kernel: the largest power of two dividing the page, the block
+// and the split, so that no box crosses a page.
+int sm90_box_rows(const core::PagedDims& d, const PagedFwdOptions& o, int block_n) {
+  int rows = std::gcd(int(std::min<std::int64_t>(d.page_size, 256)), block_n);
+  if (o.key_splits > 1) rows = std::gcd(rows, o.split_keys);
+  return rows;
+}
+
+// Query rows per KV head (q_len * GQA group) up to which the decode kernels beat the tensor-core
+// paged forward. Measured on the H200 (batch 4, 4096 cached tokens, GQA 32/8, d 128, causal;
+// bench/results/h200/paged_prefill.json): the tensor-core time is flat up to 256 rows (one
+// 128-row tile per (sequence, query head) walks all 4096 keys): sm80 kernel 0.24 ms, sm90 0.107;
+// the decode kernels take 0.086 ms at 64 rows, 0.154 at 128, 0.30 at 192.
+constexpr std::int64_t kDecodeMaxRowsSm80 = 128;
+constexpr std::int64_t kDecodeMaxRowsSm90 = 64;
+
 }  // namespace
+
+bool paged_fwd_preferred(const PagedAttentionArgs& a, const core::PagedDims& d) {
+  if (a.algo != Algo::automatic || !paged_fwd_unsupported(a, d).empty()) return false;
+  const std::int64_t most =
+      paged_fwd_kernel(a, d) == PagedFwdKernel::sm90 ? kDecodeMaxRowsSm90 : kDecodeMaxRowsSm80;
+  return d.q_len * d.group() > most;
+}
+
+PagedFwdKernel paged_fwd_kernel(const PagedAttentionArgs& a, const core::PagedDims& d,
+                                const PagedFwdOptions& o) {
+  if (o.kernel != PagedFwdKernel::automatic) return o.kernel;
+  return sm90_unsupported(d, o, capability_of(a.q)).empty() ? PagedFwdKernel::sm90
+                                                            : PagedFwdKernel::sm80;
+}
 
 std::string paged_fwd_unsupported(const PagedAttentionArgs& a, const core::PagedDims& d,
                                   const PagedFwdOptions& o) {
-  int device = -1, major = 0;
-  if (a.q.device().is_cpu() || cudaGetDevice(&device) != cudaSuccess ||
-      device != a.q.device().index ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return "q is not on the current CUDA device";
-  }
-  if (major < 8) return "compute capability below 8.0";
+  const int capability = capability_of(a.q);
+  if (capability < 0) return "q is not on the current CUDA device";
+  if (capability < 80) return "compute capability below 8.0";
   const DType dt = a.q.dtype();
   if ((dt != DType::f16 && dt != DType::bf16) || a.kv.k_pages.dtype() != dt) {
     return "q and pages not both f16 or both bf16";
@@ -131,6 +195,7 @@ std::string paged_fwd_unsupported(const PagedAttentionArgs& a, const core::Paged
   }
   if (o.pack_gqa && positional) return "GQA packing with a positional mask";
   if (d.batch * o.key_splits > 65535) return "more than 65535 sequences * key splits";
+  if (o.kernel == PagedFwdKernel::sm90) return sm90_unsupported(d, o, capability);
   return "";
 }
 
@@ -138,7 +203,14 @@ void paged_fwd(const PagedAttentionArgs& a, const core::PagedDims& d, const Page
   const std::string why = paged_fwd_unsupported(a, d, o);
   if (!why.empty()) core::fail("q", "a call the tensor-core paged path runs", why);
   if (d.batch == 0 || d.q_len == 0) return;
-  sm80::fwd_paged(fwd_params(a, d, o), kv_params(a, d, o), static_cast<cudaStream_t>(a.stream));
+  const auto stream = static_cast<cudaStream_t>(a.stream);
+#if FLASHKIT_HAVE_SM90
+  if (paged_fwd_kernel(a, d, o) == PagedFwdKernel::sm90) {
+    const int box_rows = sm90_box_rows(d, o, sm90::fwd_paged_block_n(int(d.head_dim)));
+    return sm90::fwd_paged(a, fwd_params(a, d, o), kv_params(a, d, o), box_rows, stream);
+  }
+#endif
+  sm80::fwd_paged(fwd_params(a, d, o), kv_params(a, d, o), stream);
 }
 
 }  // namespace flashkit::cuda

@@ -54,8 +54,9 @@ std::vector<double> lse_packed(const HostTensor& lse, const PagedCase& c) {
 }
 
 // paged_attention on the GPU (the decode kernels, unsplit), or (tensor_cores) the paged forward
-// called directly.
-PagedResult run_paged_gpu(const PagedCase& c, DType out_dtype, bool tensor_cores) {
+// called directly with `options`.
+PagedResult run_paged_gpu(const PagedCase& c, DType out_dtype, bool tensor_cores,
+                          const cuda::PagedFwdOptions& options = {}) {
   HostTensor out(out_dtype, c.out_shape()), lse(DType::f32, c.lse_shape());
   const DevicePaged dev(c);
   DeviceTensor d_out(out), d_lse(lse);
@@ -64,8 +65,8 @@ PagedResult run_paged_gpu(const PagedCase& c, DType out_dtype, bool tensor_cores
   const PagedAttentionArgs a = dev.args(c, d_out.view(), d_lse.view());
   if (tensor_cores) {
     const core::PagedDims dims = core::validate_paged(a, 1);
-    EXPECT_EQ("", cuda::paged_fwd_unsupported(a, dims));
-    cuda::paged_fwd(a, dims);
+    EXPECT_EQ("", cuda::paged_fwd_unsupported(a, dims, options));
+    cuda::paged_fwd(a, dims, options);
   } else {
     paged_attention(a);
   }
@@ -378,16 +379,49 @@ PagedSpec forward_spec(DType dtype, std::int64_t page_size, std::int64_t group,
   return s;
 }
 
-void check_paged_forward(const PagedSpec& spec) {
+// The sm90 kernel runs on compute capability 9.0 only, and on pages of >= 16 slots: where it
+// cannot run a case, the reason it gives is checked instead.
+bool sm90_runs(const PagedCase& c, const PagedSpec& spec) {
+  HostTensor out(spec.q_dtype, c.out_shape());
+  const DevicePaged dev(c);
+  DeviceTensor d_out(out);
+  const PagedAttentionArgs a = dev.args(c, d_out.view(), Tensor());
+  cuda::PagedFwdOptions sm90;
+  sm90.kernel = cuda::PagedFwdKernel::sm90;
+  const std::string why = cuda::paged_fwd_unsupported(a, core::validate_paged(a, 1), sm90);
+  if (why.empty()) return true;
+  int device = 0, major = 0, minor = 0;
+  EXPECT_EQ(cudaSuccess, cudaGetDevice(&device));
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (10 * major + minor == 90 && spec.page_size < 16) {
+    EXPECT_EQ("pages of fewer than 16 slots for the sm90 kernel", why);
+  } else {
+    EXPECT_NE(10 * major + minor, 90) << "the sm90 kernel refused: " << why;
+  }
+  return false;
+}
+
+// Both tensor-core kernels (where the device has them) against the oracle; pack_gqa: the query
+// heads of a group as rows of one tile.
+void check_paged_forward(const PagedSpec& spec, bool pack_gqa = false) {
   SCOPED_TRACE(spec.name());
   const PagedCase c = make_paged_case(spec);
   const PagedResult oracle = run_paged(c, Algo::reference, 1, DType::f64);
   const ForwardResult ref = plain_forward(contiguous_case(c, spec.q_dtype));
-  for (DType out : {spec.q_dtype, DType::f32}) {
-    SCOPED_TRACE(std::string("out ") + dtype_name(out));
-    const PagedResult got = run_paged_gpu(c, out, true);
-    EXPECT_EQ("", check_close("out", got.out, oracle.out, ref.out, kAtol));
-    EXPECT_EQ("", check_lse(got.lse, oracle.lse, kLseTol));
+  std::vector<cuda::PagedFwdKernel> kernels{cuda::PagedFwdKernel::sm80};
+  if (sm90_runs(c, spec)) kernels.push_back(cuda::PagedFwdKernel::sm90);
+  for (cuda::PagedFwdKernel kernel : kernels) {
+    SCOPED_TRACE(kernel == cuda::PagedFwdKernel::sm80 ? "sm80 kernel" : "sm90 kernel");
+    for (DType out : {spec.q_dtype, DType::f32}) {
+      SCOPED_TRACE(std::string("out ") + dtype_name(out));
+      cuda::PagedFwdOptions options;
+      options.kernel = kernel;
+      options.pack_gqa = pack_gqa;
+      const PagedResult got = run_paged_gpu(c, out, true, options);
+      EXPECT_EQ("", check_close("out", got.out, oracle.out, ref.out, kAtol));
+      EXPECT_EQ("", check_lse(got.lse, oracle.lse, kLseTol));
+    }
   }
 }
 
@@ -420,6 +454,20 @@ TEST(CudaPagedForward, MasksAndScoreModifiers) {
   }
 }
 
+// Packed rows cross tile ends (5 or 130 tokens x the group) and sequences end inside a page.
+TEST(CudaPagedForward, GqaPackedRowsWithoutPositionalMasks) {
+  for (std::int64_t d : {64, 128, 256}) {
+    for (std::int64_t page : {16, 256}) {
+      for (std::int64_t q_len : {5, 130}) {
+        PagedSpec s = forward_spec(d == 128 ? DType::bf16 : DType::f16, page, 4, q_len);
+        s.head_dim = d;
+        s.causal = false;
+        check_paged_forward(s, /*pack_gqa=*/true);
+      }
+    }
+  }
+}
+
 TEST(CudaPagedForward, HeadDims64And256) {
   for (std::int64_t d : {64, 256}) {
     PagedSpec s = forward_spec(DType::f16, 16, 4, 37);
@@ -436,12 +484,12 @@ TEST(CudaPagedForward, HeadDim256InTheA100TileShape) {
   check_paged_forward(s);
 }
 
-// paged_attention runs calls of more than 128 query rows per KV head (q_len * group) on the
-// paged forward, the rest on the decode kernels: both sides of the line against the oracle. (Rows
-// padded by 3 elements, as PagedSpec::strided makes them, are refused by both CUDA paths: not
-// 16-byte aligned.)
+// paged_attention runs calls of more than 128 query rows per KV head (q_len * group; 64 where
+// the sm90 kernel runs them) on the paged forward, the rest on the decode kernels: both sides of
+// both lines against the oracle. (Rows padded by 3 elements, as PagedSpec::strided makes them, are
+// refused by both CUDA paths: not 16-byte aligned.)
 TEST(CudaPagedForward, PagedAttentionRoutesLongQueryBlocksHere) {
-  for (std::int64_t q_len : {32, 33, 200}) {
+  for (std::int64_t q_len : {16, 17, 32, 33, 200}) {
     const PagedSpec s = forward_spec(DType::bf16, 16, 4, q_len);
     SCOPED_TRACE(s.name());
     const PagedCase c = make_paged_case(s);

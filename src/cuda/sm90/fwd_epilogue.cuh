@@ -1,11 +1,12 @@
 // The sm90 forward epilogue of one consumer warpgroup: row sums finished (quad reduction), O
 // divided by l once, lse written (natural log), then O stored. When O has the input dtype and
-// the warpgroup's 64 rows lie inside the tensor's token range (always without varlen: TMA clips
-// at the sequence end; with varlen only when all 64 rows belong to the sequence), O goes through
+// the warpgroup's 64 rows are 64 tokens of one head inside the tensor's token range (always
+// without varlen and without GQA packing or key splits of a paged call: TMA clips at the sequence
+// end; with varlen only when all 64 rows belong to the sequence), O goes through
 // the warpgroup's own Q rows in shared memory (no other warpgroup reads them) and out with one
 // TMA store per 64-column slab; the kernel waits for the stores' completion before it ends.
-// Otherwise (f32 output, a varlen tile crossing its sequence's end) each quad stores its pairs
-// straight from registers.
+// Otherwise (f32 output, a varlen tile crossing its sequence's end, packed rows, partial states)
+// each quad stores its pairs straight from registers, where the Source places the rows.
 #pragma once
 
 #include <cstdint>
@@ -59,11 +60,11 @@ constexpr bool staged_offsets_are_swizzled() {
 // tid: the thread among the consumer threads. q: the tile's Q buffer; q_empty: its release, on
 // which the warpgroup's elected thread arrives once nothing of the warpgroup reads the buffer any
 // more (fwd_sync.hpp).
-template <class T>
+template <class T, class Source>
 __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& maps,
-                                             const sm80::FwdTile& tile, unsigned char* q,
-                                             std::uint64_t* q_empty, int tid, int consumer,
-                                             sm80::FwdAccum<T>& acc) {
+                                             const Source& src, const sm80::FwdTile& tile,
+                                             unsigned char* q, std::uint64_t* q_empty, int tid,
+                                             int consumer, sm80::FwdAccum<T>& acc) {
   using Elem = typename T::Elem;
   static_assert(T::kSlabBytesPerRow == 128 && staged_offsets_are_swizzled<T>(),
                 "the staging addresses are the Q tiles' 128-byte swizzle");
@@ -76,15 +77,15 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
     inv_l[half] = st.l > 0.0f ? 1.0f / st.l : 0.0f;
     const int row = tile.row_begin + sm80::frag_row<T>(warp, lane, 0, 2 * half);
     if (p.lse != nullptr && lane % 4 == 0 && row < tile.row_end) {
-      p.lse[core::element_offset(p.lse_layout, tile.batch, tile.span.q_start, row, tile.head)] =
-          st.lse();
+      p.lse[src.row_offset(p.lse_layout, tile, row)] = st.lse();
     }
   }
 
   const int wg_row0 = tile.row_begin + 64 * consumer;
   const bool varlen = p.cu_seqlens_q != nullptr;
   const auto wg_barrier = fwd_barrier_of(FwdNamedBarrier::epilogue, consumer);
-  if (p.out_dtype == p.in_dtype && (!varlen || wg_row0 + 64 <= tile.row_end)) {
+  if (p.out_dtype == p.in_dtype && src.rows_are_tokens() &&
+      (!varlen || wg_row0 + 64 <= tile.row_end)) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = sm80::frag_row<T>(warp, lane, 0, 2 * half);  // within the tile
@@ -116,8 +117,7 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
   for (int half = 0; half < 2; ++half) {
     const int row = tile.row_begin + sm80::frag_row<T>(warp, lane, 0, 2 * half);
     if (row >= tile.row_end) continue;
-    const std::int64_t base =
-        core::element_offset(p.out_layout, tile.batch, tile.span.q_start, row, tile.head);
+    const std::int64_t base = src.row_offset(p.out_layout, tile, row);
 #pragma unroll
     for (int dn = 0; dn < T::kD / 8; ++dn) {
       const int col = sm80::frag_col(lane, dn, 0);

@@ -19,6 +19,7 @@
 #include "cuda/sm80/fwd_softmax.cuh"
 #include "cuda/sm80/kv_block_range.hpp"
 #include "cuda/sm90/fwd_epilogue.cuh"
+#include "cuda/sm90/fwd_kv_source.cuh"
 #include "cuda/sm90/fwd_mainloop.cuh"
 #include "cuda/sm90/fwd_maps.hpp"
 #include "cuda/sm90/fwd_producer.cuh"
@@ -34,10 +35,12 @@ __device__ __forceinline__ int opaque(int x) {
   return y;
 }
 
-// kPersistent: the CTA walks tiles blockIdx.x, + gridDim.x, ...; otherwise it runs one.
-template <class T, bool kPersistent>
+// kPersistent: the CTA walks tiles blockIdx.x, + gridDim.x, ...; otherwise it runs one. Source:
+// where K and V come from and the tile's rows go (fwd_kv_source.cuh).
+template <class T, bool kPersistent, class Source>
 __global__ void __launch_bounds__(T::kThreads, 1)
-    fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps) {
+    fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
+               const __grid_constant__ Source src) {
   extern __shared__ unsigned char smem_raw[];
   const std::uint32_t raw = ptx::smem_address(smem_raw);
   unsigned char* smem = smem_raw + (((raw + 1023u) & ~1023u) - raw);
@@ -54,6 +57,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       ptx::mbarrier_init(&bar.k_empty[s], T::kConsumerThreads);
       ptx::mbarrier_init(&bar.v_empty[s], T::kConsumerThreads);
     }
+    ptx::mbarrier_init(&bar.fix, 1);
     ptx::mbarrier_init_fence();
   }
   __syncthreads();
@@ -61,7 +65,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<T::kProducerRegs>();
-    if (threadIdx.x == 0) fwd_producer<T, kPersistent>(p, maps, smem, bar);
+    if (threadIdx.x == 0) fwd_producer<T, kPersistent>(p, maps, src, smem, bar);
     return;
   }
   ptx::warpgroup_reg_alloc<T::kConsumerRegs>();
@@ -71,6 +75,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   for (int slot = 0; !walk.done(p, slot); ++slot) {
     sm80::FwdTile tile = walk.tile(p, slot);
     if (tile.empty()) continue;
+    src.set_keys(tile);
     const int buffer = q_use % T::kQBuffers;
     const std::uint32_t q_parity = std::uint32_t(q_use / T::kQBuffers) & 1;
     unsigned char* q = smem + buffer * T::kQBytes;
@@ -94,42 +99,48 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // Re-derived from a copy of the slot the compiler cannot see through, so that the tile's
     // fields are not held live through the mainloop (with them, ptxas spilled at d = 128).
     tile = walk.tile(p, opaque(slot));
-    fwd_epilogue<T>(p, maps, tile, q, &bar.q_empty[buffer], tid, consumer, acc);
+    fwd_epilogue<T>(p, maps, src, tile, q, &bar.q_empty[buffer], tid, consumer, acc);
     ++q_use;
   }
   if (threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();  // out is complete when the kernel ends
 }
 
-template <class Kernel>
+template <class Kernel, class Source>
 void launch_grid(Kernel kernel, dim3 grid, int threads, int smem_bytes, const FwdParams& p,
-                 const FwdMaps& maps, cudaStream_t stream) {
+                 const FwdMaps& maps, const Source& src, cudaStream_t stream) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
              "sm90 forward: shared memory limit");
-  kernel<<<grid, threads, smem_bytes, stream>>>(p, maps);
+  kernel<<<grid, threads, smem_bytes, stream>>>(p, maps, src);
   check_launch("sm90 forward kernel");
 }
 
-template <class Elem, int kHeadDim, int kConsumers, int kBlockN>
-void launch_fwd_with(const FwdParams& p, const FwdMaps& maps, int multiprocessors,
-                     cudaStream_t stream) {
-  using T = FwdTraits<Elem, kHeadDim, kConsumers, kBlockN>;
+template <class T>
+void check_units(const FwdParams& p) {
   const std::int64_t units = FwdWalk<T::kBlockM, false>(p).units(p);
-  if (units == 0) return;
   if (units > std::numeric_limits<int>::max()) {
     core::fail("q",
                "at most 2^31 - 1 query tiles of " + std::to_string(T::kBlockM) +
                    " rows (batch x heads_q x tiles per sequence)",
                std::to_string(units));
   }
+}
+
+template <class Elem, int kHeadDim, int kConsumers, int kBlockN>
+void launch_fwd_with(const FwdParams& p, const FwdMaps& maps, int multiprocessors,
+                     cudaStream_t stream) {
+  using T = FwdTraits<Elem, kHeadDim, kConsumers, kBlockN>;
+  if (FwdWalk<T::kBlockM, false>(p).units(p) == 0) return;
+  check_units<T>(p);
   if constexpr (T::kPersistentFits) {
     if (fwd_walk_persistent<T::kBlockM>(p, multiprocessors)) {
-      return launch_grid(fwd_kernel<T, true>, dim3(unsigned(multiprocessors)), T::kThreads,
-                         T::kSmemBytes, p, maps, stream);
+      return launch_grid(fwd_kernel<T, true, ContiguousSource>, dim3(unsigned(multiprocessors)),
+                         T::kThreads, T::kSmemBytes, p, maps, ContiguousSource{}, stream);
     }
   }
   const dim3 grid(unsigned(FwdWalk<T::kBlockM, false>(p).q_tiles), unsigned(p.heads_q),
                   unsigned(p.batch));
-  launch_grid(fwd_kernel<T, false>, grid, T::kThreads, T::kSmemBytes, p, maps, stream);
+  launch_grid(fwd_kernel<T, false, ContiguousSource>, grid, T::kThreads, T::kSmemBytes, p, maps,
+              ContiguousSource{}, stream);
 }
 
 // shape: fwd_shape of the call, which also sized the maps' boxes.
@@ -142,6 +153,21 @@ void launch_fwd(const FwdParams& p, const FwdMaps& maps, FwdShape shape, int mul
                                                                    stream);
   }
   launch_fwd_with<Elem, kHeadDim, b.consumers, b.block_n>(p, maps, multiprocessors, stream);
+}
+
+// K and V from cache pages: one CTA per tile (the grid as without persistence), in the shape
+// fwd_paged_shape gives; p.seqlen_k only bounds the sequences' key counts.
+template <class Elem, int kHeadDim>
+void launch_fwd_paged(const FwdParams& p, const FwdMaps& maps, const PagedSource& src,
+                      cudaStream_t stream) {
+  constexpr FwdShape s = fwd_paged_shape(kHeadDim);
+  using T = FwdTraits<Elem, kHeadDim, s.consumers, s.block_n>;
+  if (FwdWalk<T::kBlockM, false>(p).units(p) == 0) return;
+  check_units<T>(p);
+  const dim3 grid(unsigned(FwdWalk<T::kBlockM, false>(p).q_tiles), unsigned(p.heads_q),
+                  unsigned(p.batch));
+  launch_grid(fwd_kernel<T, false, PagedSource>, grid, T::kThreads, T::kSmemBytes, p, maps, src,
+              stream);
 }
 
 }  // namespace flashkit::cuda::sm90

@@ -10,7 +10,9 @@
 
 #include "core/problem.hpp"
 #include "cuda/common/fwd_params.hpp"
+#include "cuda/sm80/paged_kv_params.hpp"
 #include "flashkit/attention.hpp"
+#include "flashkit/paged.hpp"
 
 namespace flashkit::cuda::sm90 {
 
@@ -20,5 +22,12 @@ std::string fwd_head_dims_text();  // "{64, 128, 256}" for error messages and `f
 // Checked by the caller: dtypes, head dims (compiled, d_v = d), 16-byte aligned rows, sm 9.0.
 void fwd(const AttentionArgs& a, const core::ProblemDims& d, const FwdParams& p,
          cudaStream_t stream);
+
+// Over cache pages (fwd_kv_source.cuh), for cuda/paged_fwd.cpp, which checks what fwd does and
+// more: page size >= 16, box_rows = a power of two dividing the page size, fwd_paged_block_n
+// and (with key splits) split_keys; a GQA pack dividing 128.
+int fwd_paged_block_n(int head_dim);
+void fwd_paged(const PagedAttentionArgs& a, const FwdParams& p, const sm80::PagedKvParams& kv,
+               int box_rows, cudaStream_t stream);
 
 }  // namespace flashkit::cuda::sm90

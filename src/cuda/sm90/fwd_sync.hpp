@@ -31,6 +31,7 @@ struct FwdBarriers {
   std::uint64_t q_full[kFwdMaxQBuffers], q_empty[kFwdMaxQBuffers];
   std::uint64_t k_full[kFwdStages], v_full[kFwdStages];
   std::uint64_t k_empty[kFwdStages], v_empty[kFwdStages];
+  std::uint64_t fix;  // the producer's own, for a box it must see land (fwd_kv_source.cuh)
 };
 
 // 0 is __syncthreads'. Consumer c (0-based) uses epilogue + c and schedule + c.
