@@ -47,10 +47,11 @@ struct CascadeAttentionArgs {
   // at least half of the SMs idle (short prefixes, small batches), the suffix level runs on it
   // beside the shared level, forked from and joined back into `stream` with events: the call
   // stays ordered on `stream` as a whole, and capturable. Where the shared level fills the GPU,
-  // the call stays on `stream` (measured slower on two; docs/kernels/cascade.md). On sm90 the
-  // shared level is then split to fill half of the SMs instead of all of them, so that it does
-  // (H200, batch 64, a 4k prefix: 60.9 against 69.7 us on one stream); the split changes the
-  // summation order, so the result may differ from the one-stream call's in the last bits.
+  // the call stays on `stream` (measured slower on two; docs/kernels/cascade.md). On sm90 a
+  // short shared level (splits of <= 1024 keys) is then split to fill half of the SMs instead of
+  // all of them, so that the suffix level runs beside it (H200, batch 64, a 4k prefix: 66.3
+  // against 69.9 us on one stream); the split changes the summation order, so the result may
+  // differ from the one-stream call's in the last bits.
   // CPU: ignored.
   void* side_stream = nullptr;
 };

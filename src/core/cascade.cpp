@@ -63,6 +63,8 @@ constexpr std::int64_t kMaxSharedSplits = 16;
 constexpr std::int64_t kMinSplitKeys = 256;
 constexpr std::int64_t kSplitKeyMultiple = 64;       // the sm80 forward's KV block (d <= 256)
 constexpr std::int64_t kSm90SplitKeyMultiple = 128;  // the sm90 one's (d <= 128)
+// The longest splits the sm90 shared level takes to leave half of the SMs to a side stream.
+constexpr std::int64_t kSm90SideStreamSplitKeys = 1024;
 
 std::int64_t div_up(std::int64_t a, std::int64_t b) {
   return (a + b - 1) / b;
@@ -308,9 +310,11 @@ std::int64_t split_cap() {
 // workspace holds and the block table's capacity fills with kMinSplitKeys each. The capacity
 // stands for the prefix length, which stays on the device. The sm90 kernel's CTA holds a whole
 // SM (all its registers), so there the splits fill the SMs once (H200, batch 64, a 4k prefix, 8
-// KV heads: 2 packed tiles x 8 heads x 8 splits of 512 keys = 128 CTAs, 69.7 us for the step
-// against 80.8 with 16 of 256 keys on the sm80 kernel), or half of them when the suffix level
-// may run beside it on a side stream (4 splits: 60.9 us, docs/kernels/cascade.md, v4).
+// KV heads: 2 packed tiles x 8 heads x 8 splits of 512 keys = 128 CTAs, 69.9 us for the step
+// against 80.8 with 16 of 256 keys on the sm80 kernel). With a side stream, half of them where
+// the splits stay short, so that the suffix level runs beside the shared level (4 splits of 1024
+// keys: 66.3 us; with 4096-key splits the shared level's own time grew by more than the overlap
+// saved: 131 against 107 us at a 16k prefix; docs/kernels/cascade.md, v4).
 cuda::PagedFwdOptions shared_split(const PagedAttentionArgs& shared, const Workspace& ws,
                                    const core::PagedDims& d, bool side_stream) {
   cuda::PagedFwdOptions split;
@@ -324,7 +328,10 @@ cuda::PagedFwdOptions shared_split(const PagedAttentionArgs& shared, const Works
     const std::int64_t pack = split.pack_gqa ? d.group() : 1;
     const std::int64_t ctas = div_up(ws.rows() * pack, kTileRows) * (d.heads_q / pack);
     const std::int64_t sms = cuda::multiprocessor_count(shared.q.device());
-    most = std::clamp<std::int64_t>((side_stream ? sms / 2 : sms) / ctas, 1, most);
+    const std::int64_t half = std::max<std::int64_t>(1, sms / 2 / ctas);
+    most = std::clamp<std::int64_t>(
+        side_stream && div_up(capacity, half) <= kSm90SideStreamSplitKeys ? half : sms / ctas, 1,
+        most);
     multiple = kSm90SplitKeyMultiple;
   }
   if (split_cap() > 0) most = std::min(max_shared_splits(ws.rows(), ws.d.heads), split_cap());
