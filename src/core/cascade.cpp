@@ -7,7 +7,8 @@
 //    tokens; with causal off nothing else depends on it), so, the prefix length being known, the
 //    rows go in chunks of at most prefix-length queries, each a valid call; an empty prefix skips
 //    the level. States: [shared, suffix].
-//  - CUDA: the sm80 forward over paged K/V (cuda/paged_fwd.hpp) on tensor cores: the level is
+//  - CUDA: the forward over paged K/V (cuda/paged_fwd.hpp: the sm90 kernel on compute
+//    capability 9.0, the sm80 one elsewhere) on tensor cores: the level is
 //    batch * q_len * group query rows per KV head against the whole prefix, ~4.3 GFLOP at batch
 //    64 and 4k tokens, which the decode kernels' CUDA cores would take longer over than plain
 //    decode takes to read every request's copy. Its few query tiles are spread over enough CTAs
@@ -49,8 +50,9 @@ struct Dims {
   Device device;
 };
 
-// Query rows per tile of the sm80 forward (block_m: 128, but 64 at d = 256 on sm90, where this
-// counts half the CTAs) and the CTAs the shared level's key splits aim for, counted without GQA
+// Query rows per tile of the paged forward (128; the sm80 kernel's 64 at d = 256 on sm90 devices
+// without the sm90 kernel, where this counts half the CTAs) and the CTAs the sm80 kernel's key
+// splits aim for (shared_split: the sm90 kernel's fill the SMs once), counted without GQA
 // packing: 4 per SM of the H200's 132, so ~2 per SM once a GQA group of 4 is packed into each
 // tile. The forward's CTA holds half an SM's registers, so two run at once; with one per SM (8
 // splits of 512 keys at batch 64 and a 4k prefix, 128 CTAs) the level ran at ~135 TFLOP/s
