@@ -113,11 +113,15 @@ TEST(CudaBackend, F16OutputForBf16InputsIsRejectedByFa2) {
 
 // merge_states against the formula in double precision: states that saw no key (lse -inf, their
 // o NaN) weigh nothing, tokens where no state saw a key give 0 and -inf.
-void check_merge(std::int64_t states, std::int64_t dim, DType state_dtype) {
+// padded: each (state, token, head) row one element longer than dim, so no 4-element run of the
+// states is aligned and the kernel takes its one-element-per-lane path.
+void check_merge(std::int64_t states, std::int64_t dim, DType state_dtype, bool padded = false) {
   SCOPED_TRACE(std::to_string(states) + " states, dim " + std::to_string(dim) + ", " +
-               dtype_name(state_dtype));
+               dtype_name(state_dtype) + (padded ? ", padded" : ""));
   const std::int64_t tokens = 37, heads = 4;
-  HostTensor o(state_dtype, {states, tokens, heads, dim}), lse(DType::f32, {states, tokens, heads});
+  HostTensor o(state_dtype, {states, tokens, heads, dim},
+               {states, tokens, heads, dim + (padded ? 1 : 0)});
+  HostTensor lse(DType::f32, {states, tokens, heads});
   HostTensor out(DType::bf16, {tokens, heads, dim}), out_lse(DType::f32, {tokens, heads});
   std::mt19937 rng(9);
   o.fill_random(rng);
@@ -173,13 +177,21 @@ void check_merge(std::int64_t states, std::int64_t dim, DType state_dtype) {
   }
 }
 
-// Few states; more than a warp's 32 (the weights in two chunks); a head dim that is not a multiple
-// of 32 with 16-bit states; one state.
+// Rounds of 4, 8 and 16 states with 4 elements per lane (16-byte f32 and 8-byte 16-bit loads;
+// head dims 64 and 72 leave lanes of the 128-element chunk idle, 256 is two chunks); more than
+// 16 states, one element per lane, with more than a warp's 32 (the weights in two rounds); a head
+// dim that is not a multiple of 4 (33) or 32 (40); one state; unaligned rows.
 TEST(CudaBackend, MergeStatesMatchesTheFormula) {
   check_merge(3, 72, DType::f32);
+  check_merge(4, 64, DType::f32);
+  check_merge(5, 128, DType::bf16);
+  check_merge(9, 128, DType::f32);
+  check_merge(16, 256, DType::f16);
   check_merge(40, 128, DType::f32);
   check_merge(17, 40, DType::f16);
   check_merge(1, 33, DType::bf16);
+  check_merge(9, 128, DType::f32, true);
+  check_merge(6, 64, DType::bf16, true);
 }
 
 TEST(CudaBackend, DevicesListsTheGpu) {

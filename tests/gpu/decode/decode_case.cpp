@@ -241,7 +241,7 @@ std::int64_t decode_workspace_elems(const DecodeCase& c, int num_splits) {
   return core::paged_workspace_elems(num_splits, rows, s.heads_q, s.head_dim);
 }
 
-DecodeResult run_decode_gpu(const DecodeCase& c, int num_splits) {
+DecodeResult run_decode_gpu(const DecodeCase& c, int num_splits, int workspace_offset) {
   HostTensor out = maybe_padded(c.spec.out_dtype, c.out_shape(), c.spec.padded, 8);
   HostTensor lse(DType::f32, c.lse_shape());
   const DeviceDecodeCase dev(c);
@@ -250,12 +250,17 @@ DecodeResult run_decode_gpu(const DecodeCase& c, int num_splits) {
   d_lse.poison();
   HostTensor ws;
   DeviceTensor d_ws;
+  Tensor workspace;
   if (num_splits != 1) {
-    ws = HostTensor(DType::f32, {std::max<std::int64_t>(decode_workspace_elems(c, num_splits), 1)});
+    const std::int64_t elems = std::max<std::int64_t>(decode_workspace_elems(c, num_splits), 1);
+    ws = HostTensor(DType::f32, {elems + workspace_offset});
     d_ws = DeviceTensor(ws);
     d_ws.poison();
+    const Tensor& whole = d_ws.view();
+    workspace = Tensor(static_cast<float*>(whole.data()) + workspace_offset, DType::f32, {elems},
+                       {1}, whole.device());
   }
-  paged_attention(dev.args(c, d_out.view(), d_lse.view(), num_splits, d_ws.view()));
+  paged_attention(dev.args(c, d_out.view(), d_lse.view(), num_splits, workspace));
   expect_device_ok();
   d_out.copy_to(out);
   d_lse.copy_to(lse);

@@ -71,8 +71,9 @@ DecodeResult decode_oracle(const DecodeCase& c);
 std::int64_t decode_workspace_elems(const DecodeCase& c, int num_splits);
 
 // paged_attention on cuda:0 with out, lse and the workspace poisoned (num_splits 0: the plan's
-// choice). Checks the device for errors.
-DecodeResult run_decode_gpu(const DecodeCase& c, int num_splits);
+// choice). workspace_offset: f32 elements the workspace starts into its buffer (1: not 16-byte
+// aligned). Checks the device for errors.
+DecodeResult run_decode_gpu(const DecodeCase& c, int num_splits, int workspace_offset = 0);
 
 // "" when `got` matches `want` within the output dtype's rounding (one ulp of values below 1,
 // plus 2e-4 for fp32 sums in another order) and lse within 1e-4 (-inf exactly); else the worst

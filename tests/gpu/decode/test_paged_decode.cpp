@@ -137,6 +137,25 @@ TEST(PagedDecode, LongSequencesAndAutomaticSplits) {
   }
 }
 
+// The split merge loads 4 elements per lane from a 16-byte aligned workspace and one otherwise:
+// a workspace starting one f32 into its buffer takes the second path, with few splits (3) and
+// many (33), and gives what the aligned one does.
+TEST(PagedDecode, UnalignedWorkspaceMergesAlike) {
+  DecodeSpec s = spec_of(DType::bf16, 16, 4, 1);
+  s.seq_lens = {4100, 1, 2500};
+  const DecodeCase c = make_decode_case(s);
+  const DecodeResult want = decode_oracle(c);
+  for (int splits : {3, 33}) {
+    SCOPED_TRACE("num_splits " + std::to_string(splits));
+    const DecodeResult aligned = run_decode_gpu(c, splits);
+    const DecodeResult unaligned = run_decode_gpu(c, splits, 1);
+    EXPECT_EQ("", compare_decode(aligned, want, s.out_dtype));
+    EXPECT_EQ("", compare_decode(unaligned, want, s.out_dtype));
+    EXPECT_EQ(aligned.out, unaligned.out);  // the same fold in the same order
+    EXPECT_EQ(aligned.lse, unaligned.lse);
+  }
+}
+
 // Sets FLASHKIT_DECODE_KERNEL for one scope (the kernel choice is read on every call).
 class KernelChoice {
  public:
