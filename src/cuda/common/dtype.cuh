@@ -11,6 +11,17 @@
 
 namespace flashkit::cuda {
 
+// One element as a float, by its static type (for loops that switch on the dtype once outside).
+__device__ __forceinline__ float to_float(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_float(__half x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
 __device__ __forceinline__ float load_as_float(const void* base, DType dtype, std::int64_t i) {
   switch (dtype) {
     case DType::f16:

@@ -25,26 +25,17 @@
 #include <limits>
 #include <type_traits>
 
+#include "cuda/common/dtype.cuh"
 #include "cuda/ptx/warp_reduce.cuh"
 
 namespace flashkit::cuda {
-
-__device__ __forceinline__ float state_float(float x) {
-  return x;
-}
-__device__ __forceinline__ float state_float(__half x) {
-  return __half2float(x);
-}
-__device__ __forceinline__ float state_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
 
 // kVec consecutive elements of a state as floats, in one load (4 elements: 16 bytes of f32, 8 of
 // a 16-bit type; the caller guarantees the alignment).
 template <int kVec, class State>
 __device__ __forceinline__ void load_state(const State* at, float (&x)[kVec]) {
   if constexpr (kVec == 1) {
-    x[0] = state_float(*at);
+    x[0] = to_float(*at);
   } else if constexpr (sizeof(State) == 4) {
     static_assert(kVec == 4, "one 16-byte load");
     const float4 v = *reinterpret_cast<const float4*>(at);
@@ -54,7 +45,7 @@ __device__ __forceinline__ void load_state(const State* at, float (&x)[kVec]) {
     const uint2 v = *reinterpret_cast<const uint2*>(at);
     const State* e = reinterpret_cast<const State*>(&v);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) x[i] = state_float(e[i]);
+    for (int i = 0; i < 4; ++i) x[i] = to_float(e[i]);
   }
 }
 
