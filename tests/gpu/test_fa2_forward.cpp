@@ -51,13 +51,7 @@ TEST(Fa2Forward, MoreQueriesThanKeysBothAlignments) {
 
 TEST(Fa2Forward, F32OutputFromF16AndBf16) {
   for (DType dtype : {DType::f16, DType::bf16}) {
-    CaseSpec s;
-    s.dtype = dtype;
-    s.seqlens_q = {190};
-    s.seqlens_k = {190};
-    s.head_dim = 128;
-    s.causal = true;
-    expect_gpu_forward_matches(s, Algo::fa2, DType::f32);
+    expect_gpu_forward_matches(square_case(dtype, 190, 128, true), Algo::fa2, DType::f32);
   }
 }
 

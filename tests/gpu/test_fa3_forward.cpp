@@ -66,13 +66,7 @@ TEST(Fa3Forward, MoreQueriesThanKeysBothAlignments) {
 TEST(Fa3Forward, F32OutputTakesTheRegisterEpilogue) {
   FLASHKIT_REQUIRE_SM90();
   for (DType dtype : {DType::f16, DType::bf16}) {
-    CaseSpec s;
-    s.dtype = dtype;
-    s.seqlens_q = {190};
-    s.seqlens_k = {190};
-    s.head_dim = 64;
-    s.causal = true;
-    expect_gpu_forward_matches(s, Algo::fa3, DType::f32);
+    expect_gpu_forward_matches(square_case(dtype, 190, 64, true), Algo::fa3, DType::f32);
   }
 }
 
@@ -104,6 +98,27 @@ TEST(Fa3Forward, LongSequencesCycleThePipeline) {
     s.prefix_len = 100;
     expect_gpu_forward_matches(s, Algo::fa3);
   }
+}
+
+// At d = 256 a row's running max moves only when a block's max exceeds it by more than 8 (base 2;
+// sm80/fwd_softmax.cuh, kStaleMaxSlack), so O and l keep their reference point and the
+// probabilities reach up to 2^8. KV blocks run last first: scaling the first 64 keys up makes
+// the scores of a row's last block jump, by less than the slack (probabilities above 1), around
+// it, and far past it (O rescaled at the end of the row rather than at its start).
+TEST(Fa3Forward, D256HeldMaxAgainstScoresThatJumpOnTheLastBlock) {
+  FLASHKIT_REQUIRE_SM90();
+  for (const double gain : {3.0, 8.0, 20.0})
+    for (const DType dtype : {DType::f16, DType::bf16})
+      for (const bool causal : {false, true}) {
+        const CaseSpec s = square_case(dtype, 1024, 256, causal);
+        CaseData c = make_case(s);
+        std::vector<double> k = c.k.values();  // [1, 1024, heads, 256]
+        const std::int64_t row = s.heads_kv * s.head_dim;
+        for (std::int64_t i = 0; i < 64 * row; ++i) k[std::size_t(i)] *= gain;
+        c.k.set_values(k);
+        SCOPED_TRACE(::testing::Message() << "first 64 keys x " << gain);
+        expect_gpu_forward_matches(c, Algo::fa3, dtype);
+      }
 }
 
 // d = 64 runs 192-row tiles (3 consumer warpgroups) without a mask, and under a causal or window

@@ -161,6 +161,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       // per-element branches. One uniform branch picks the variant.
       auto plain_scores = [&](auto masked_tag) {
         constexpr bool kMasked = decltype(masked_tag)::value;
+        BlockBand bb{0, 0, 0, 0};  // per block pair, only where a mask edge runs through it
+        if constexpr (kMasked) bb = block_band(p, ctx);
 #pragma unroll
         for (int nt = 0; nt < kSdpNt; ++nt)
 #pragma unroll
@@ -168,7 +170,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             const int q = sdp_q0 + nt * 8 + 2 * t + e;  // this element's query (a column of S^T)
             const PlainRow row = plain_row(p, row_st[q]);
             RowBand band{0, 0, 0};
-            if constexpr (kMasked) band = row_band(p, ctx, q);
+            if constexpr (kMasked) band = row_band(bb, q);
 #pragma unroll
             for (int mt = 0; mt < kSdpMt; ++mt)
 #pragma unroll
@@ -183,6 +185,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       } else if (!ctx.mods) {
         plain_scores(std::true_type{});
       } else {
+        const BlockBand bb = ctx.masked ? block_band(p, ctx) : BlockBand{0, 0, 0, 0};
 #pragma unroll
         for (int nt = 0; nt < kSdpNt; ++nt)
 #pragma unroll
@@ -190,7 +193,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             const int q = sdp_q0 + nt * 8 + 2 * t + e;  // this element's query (a column of S^T)
             const RowStats rs = row_st[q];
             RowBand band{0, 0, 0};
-            if (ctx.masked) band = row_band(p, ctx, q);
+            if (ctx.masked) band = row_band(bb, q);
 #pragma unroll
             for (int mt = 0; mt < kSdpMt; ++mt)
 #pragma unroll

@@ -105,10 +105,12 @@ __global__ void __launch_bounds__(T::kThreads, 1) dq_kernel(const __grid_constan
     // The variants of sm80_dkdv_kernel.cuh: plain, plain with the band test, general.
     auto plain_scores = [&](auto masked_tag) {
       constexpr bool kMasked = decltype(masked_tag)::value;
+      BlockBand bb{0, 0, 0, 0};  // per block pair, only where a mask edge runs through it
+      if constexpr (kMasked) bb = block_band(p, ctx);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         RowBand band{0, 0, 0};
-        if constexpr (kMasked) band = row_band(p, ctx, warp * 16 + half * 8 + g);
+        if constexpr (kMasked) band = row_band(bb, warp * 16 + half * 8 + g);
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt)
 #pragma unroll
@@ -123,11 +125,12 @@ __global__ void __launch_bounds__(T::kThreads, 1) dq_kernel(const __grid_constan
     } else if (!ctx.mods) {
       plain_scores(std::true_type{});
     } else {
+      const BlockBand bb = ctx.masked ? block_band(p, ctx) : BlockBand{0, 0, 0, 0};
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = warp * 16 + half * 8 + g;
         RowBand band{0, 0, 0};
-        if (ctx.masked) band = row_band(p, ctx, row);
+        if (ctx.masked) band = row_band(bb, row);
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt)
 #pragma unroll

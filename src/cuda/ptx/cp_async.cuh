@@ -22,6 +22,11 @@ __device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, 
                : "memory");
 }
 
+// The same copy when the source is known to exist: no source-size operand to compute.
+__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
 // Closes the group of copies issued since the last commit.
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");

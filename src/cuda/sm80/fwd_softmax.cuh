@@ -108,12 +108,23 @@ __device__ __forceinline__ void apply_mask(ScoreBlock<T>& s, const FwdParams& p,
     }
 }
 
-// Online softmax over one block, without touching O: new row max (quad-reduced), l rescaled,
-// scores replaced by exp2(s * factor - m_new) (factor: what scores_to_base2 returned);
-// alpha[mt][half] = exp2(m_old - m_new) is the factor O must still be multiplied by (rescale_o).
-// Split so a kernel can rescale O only once the previous block's P V, still running on the tensor
-// cores, has finished. A row that has seen only hidden keys keeps m = -inf; exp2 then runs against
-// 0 instead, giving p = 0 rather than NaN.
+// With T::kStaleMax: how far (base 2) a row's block max may rise above its running max m before
+// m moves. Below that m stays, so probabilities are exp2(s - m) <= 2^8 = 256: exact in fp32 sums
+// and in 16-bit P V operands (f16 reaches 65504; the relative rounding of a normal number does not
+// depend on its size), and O and l keep the same reference point, so the result is unchanged up
+// to rounding. What it buys: alpha stays exactly 1 on all but a row's first blocks, and rescale_o
+// skips multiplying O (128 values a thread at d = 256), where with m moving on every new maximum
+// a 16-row warp would still see some row's max move on a block every few blocks of a long row.
+// FlashAttention-4 rescales the same way, with the same slack.
+inline constexpr float kStaleMaxSlack = 8.0f;
+
+// Online softmax over one block, without touching O: new row max (quad-reduced, moved only when
+// it rises more than kStaleMaxSlack), l rescaled, scores replaced by exp2(s * factor - m) (factor:
+// what scores_to_base2 returned); alpha[mt][half] = exp2(m_old - m_new), exactly 1 when m did not
+// move, is the factor O must still be multiplied by (rescale_o). Split so a kernel can rescale O
+// only once the previous block's P V, still running on the tensor cores, has finished. A row that
+// has seen only hidden keys keeps m = -inf; exp2 then runs against 0 instead, giving p = 0 rather
+// than NaN.
 template <class T>
 __device__ __forceinline__ void softmax_update(ScoreBlock<T>& s, FwdAccum<T>& acc,
                                                float (&alpha)[T::kMmaM][2], float factor) {
@@ -127,8 +138,14 @@ __device__ __forceinline__ void softmax_update(ScoreBlock<T>& s, FwdAccum<T>& ac
         block_max = fmaxf(block_max, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
       }
       core::SoftmaxState<float>& st = acc.row[mt][half];
-      alpha[mt][half] = st.absorb_max(ptx::quad_max(block_max) * factor,
-                                      [](float x) { return ptx::exp2_approx(x); });
+      const float row_max = ptx::quad_max(block_max) * factor;
+      // -inf + slack is -inf: a row's first visible keys always set m.
+      auto exp2_of = [](float x) { return ptx::exp2_approx(x); };
+      if constexpr (T::kStaleMax) {
+        alpha[mt][half] = row_max > st.m + kStaleMaxSlack ? st.absorb_max(row_max, exp2_of) : 1.0f;
+      } else {
+        alpha[mt][half] = st.absorb_max(row_max, exp2_of);
+      }
       const float m_use = st.m == -std::numeric_limits<float>::infinity() ? 0.0f : st.m;
       float sum = 0.0f;
 #pragma unroll
@@ -143,8 +160,18 @@ __device__ __forceinline__ void softmax_update(ScoreBlock<T>& s, FwdAccum<T>& ac
     }
 }
 
+// With T::kStaleMax, a warp whose rows all kept their max (every alpha 1, the common case) skips
+// the multiply; the vote makes the branch warp-uniform.
 template <class T>
 __device__ __forceinline__ void rescale_o(FwdAccum<T>& acc, const float (&alpha)[T::kMmaM][2]) {
+  if constexpr (T::kStaleMax) {
+    bool unchanged = true;
+#pragma unroll
+    for (int mt = 0; mt < T::kMmaM; ++mt) {
+      unchanged &= (alpha[mt][0] == 1.0f) & (alpha[mt][1] == 1.0f);
+    }
+    if (__all_sync(0xffffffffu, unchanged)) return;
+  }
 #pragma unroll
   for (int mt = 0; mt < T::kMmaM; ++mt)
 #pragma unroll

@@ -104,6 +104,10 @@ struct FwdTraits {
   // row block, warp w of the consumer warps rows 16w..16w+15.
   static constexpr int kMmaM = 1;
   static constexpr int kRowsPerWarp = 16;
+  // The softmax's held max (sm80/fwd_softmax.cuh, kStaleMaxSlack), on where O is 128 registers a
+  // thread: its rescale sits between one block's P V and the next one's issue. Measured at d = 256
+  // +5-7 %, at d = 64 -5 % and at d = 128 -4..+2 % (docs/kernels/sm90_fwd.md, v17).
+  static constexpr bool kStaleMax = kD >= 256;
 
   static constexpr int kSlabBytesPerRow = 128;  // 64 f16/bf16 elements: the swizzle span
   static constexpr int kSlabs = kD / 64;

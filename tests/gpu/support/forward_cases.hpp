@@ -48,6 +48,17 @@ inline CaseSpec varlen_case(const VarlenParam& param) {
   return s;
 }
 
+// One sequence of n queries and n keys, the CaseSpec defaults otherwise (2 heads).
+inline CaseSpec square_case(DType dtype, std::int64_t n, int head_dim, bool causal) {
+  CaseSpec s;
+  s.dtype = dtype;
+  s.seqlens_q = {n};
+  s.seqlens_k = {n};
+  s.head_dim = head_dim;
+  s.causal = causal;
+  return s;
+}
+
 // 300 queries, 100 keys, causal with `align`: top-left, every row from 99 on sees every key;
 // bottom-right, the first 200 rows see none (O = 0, lse = -inf).
 inline CaseSpec more_queries_than_keys_case(CausalAlign align, int head_dim) {
