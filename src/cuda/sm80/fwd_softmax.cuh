@@ -118,10 +118,11 @@ __device__ __forceinline__ void apply_mask(ScoreBlock<T>& s, const FwdParams& p,
 // FlashAttention-4 rescales the same way, with the same slack.
 inline constexpr float kStaleMaxSlack = 8.0f;
 
-// Online softmax over one block, without touching O: new row max (quad-reduced, moved only when
-// it rises more than kStaleMaxSlack), l rescaled, scores replaced by exp2(s * factor - m) (factor:
-// what scores_to_base2 returned); alpha[mt][half] = exp2(m_old - m_new), exactly 1 when m did not
-// move, is the factor O must still be multiplied by (rescale_o). Split so a kernel can rescale O
+// Online softmax over one block, without touching O: new row max (quad-reduced; with
+// T::kStaleMax moved only when it rises more than kStaleMaxSlack), l rescaled, scores replaced by
+// exp2(s * factor - m) (factor: what scores_to_base2 returned); alpha[mt][half] =
+// exp2(m_old - m_new), exactly 1 when m did not move, is the factor O must still be multiplied by
+// (rescale_o). Split so a kernel can rescale O
 // only once the previous block's P V, still running on the tensor cores, has finished. A row that
 // has seen only hidden keys keeps m = -inf; exp2 then runs against 0 instead, giving p = 0 rather
 // than NaN.
