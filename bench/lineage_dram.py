@@ -78,9 +78,11 @@ def measure(ncu, flashkit, row):
 
 
 def annotate(doc, measure_row):
-    """Adds bytes_measured / measured_over_modelled to every row that has bytes_modelled."""
+    """Adds bytes_measured / measured_over_modelled to every row that ran and has bytes_modelled
+    (a skipped row, naive past the device's memory, keeps its modelled bytes only)."""
     for row in doc["rows"]:
-        if "bytes_modelled" not in row or row["impl"] not in ("flashkit-naive", "flashkit-fa2"):
+        if ("bytes_modelled" not in row or "skipped" in row
+                or row["impl"] not in ("flashkit-naive", "flashkit-fa2")):
             continue
         measured = measure_row(row)
         row["bytes_measured"] = measured

@@ -66,11 +66,19 @@ def test_bench_command_repeats_one_row_alone():
 
 
 def test_annotate_adds_measured_bytes_and_their_ratio():
+    skipped = dict(row("flashkit-naive", 131072), skipped="needs 128.0 GiB")
     doc = {"rows": [row("flashkit-naive", 1024), row("flashkit-fa2", 1024),
-                    {"impl": "flashkit-fa2", "config": {}}]}
-    lineage_dram.annotate(doc, lambda r: 1500.0 if r["impl"] == "flashkit-naive" else 900.0)
-    naive, fa2, unmodelled = doc["rows"]
+                    {"impl": "flashkit-fa2", "config": {}}, skipped]}
+    measured = []
+
+    def measure(r):
+        measured.append(r["config"]["n"])
+        return 1500.0 if r["impl"] == "flashkit-naive" else 900.0
+
+    lineage_dram.annotate(doc, measure)
+    naive, fa2, unmodelled, skipped = doc["rows"]
+    assert measured == [1024, 1024]  # neither the unmodelled nor the skipped row re-ran
     assert (naive["bytes_measured"], naive["measured_over_modelled"]) == (1500.0, 1.5)
     assert (fa2["bytes_measured"], fa2["measured_over_modelled"]) == (900.0, 0.9)
-    assert "bytes_measured" not in unmodelled
+    assert "bytes_measured" not in unmodelled and "bytes_measured" not in skipped
     assert "ncu" in doc["protocol"]["bytes_measured"]
