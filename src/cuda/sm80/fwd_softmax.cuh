@@ -115,7 +115,7 @@ __device__ __forceinline__ void apply_mask(ScoreBlock<T>& s, const FwdParams& p,
 // to rounding. What it buys: alpha stays exactly 1 on all but a row's first blocks, and rescale_o
 // skips multiplying O (128 values a thread at d = 256), where with m moving on every new maximum
 // a 16-row warp would still see some row's max move on a block every few blocks of a long row.
-// FlashAttention-4 rescales the same way, with the same slack.
+// FlashAttention-4 rescales on the same idea: only when the max has risen by more than a threshold.
 inline constexpr float kStaleMaxSlack = 8.0f;
 
 // Online softmax over one block, without touching O: new row max (quad-reduced; with
