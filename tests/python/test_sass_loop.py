@@ -1,0 +1,52 @@
+"""scripts/sass-loop on a hand-written SASS listing: the main loop is the widest backward branch,
+its shortest path skips what a branch jumps over, spills in the loop are counted."""
+import importlib.machinery
+import importlib.util
+import pathlib
+
+_PATH = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "sass-loop"
+_LOADER = importlib.machinery.SourceFileLoader("sass_loop", str(_PATH))
+_SPEC = importlib.util.spec_from_loader("sass_loop", _LOADER)
+sass_loop = importlib.util.module_from_spec(_SPEC)
+_LOADER.exec_module(sass_loop)
+
+
+def listing(body):
+    lines = [f"        /*{addr:04x}*/                   {text} ;   /* 0x000 */"
+             for addr, text in body]
+    return "\n\tcode for sm_90a\n\t\tFunction : _Z6kernelv\n" + "\n".join(lines) + "\n"
+
+
+# 0x00 setup; loop 0x10..0x90: a uniform branch over a slow region (0x40..0x60), an inner loop
+# (0x70 back to 0x60), a spill reload, the back branch.
+BODY = [
+    (0x00, "MOV R1, c[0x0][0x28]"),
+    (0x10, "HMMA.16816.F32.BF16 R4, R8, R12, R4"),
+    (0x20, "LDL R2, [R1+0x8]"),
+    (0x30, "@P0 BRA 0x70"),
+    (0x40, "FMUL R5, R5, R6"),
+    (0x50, "FMUL R6, R6, R6"),
+    (0x60, "FADD R7, R7, R7"),
+    (0x70, "@P1 BRA 0x60"),
+    (0x80, "MUFU.EX2 R3, R3"),
+    (0x90, "@P2 BRA 0x10"),
+    (0xa0, "EXIT"),
+]
+
+
+def test_finds_the_main_loop_and_its_fast_path():
+    ins = sass_loop.functions(listing(BODY))["_Z6kernelv"]
+    assert len(ins) == len(BODY)
+    lo, hi = sass_loop.main_loop(ins)
+    assert (ins[lo][0], ins[hi][0]) == (0x10, 0x90)
+    path = [ins[k][0] for k in sass_loop.shortest_path(ins, lo, hi)]
+    # The taken branch at 0x30 skips the slow region; the inner loop's back branch falls through.
+    assert path == [0x10, 0x20, 0x30, 0x70, 0x80, 0x90]
+
+
+def test_report_counts_spills_and_the_path():
+    ins = sass_loop.functions(listing(BODY))["_Z6kernelv"]
+    text = sass_loop.report("_Z6kernelv", ins)
+    assert "9 instructions, 1 LDL/STL; shortest path 6" in text
+    assert "HMMA.16816.F32.BF16 1" in text and "BRA 3" in text
+    assert sass_loop.report("k", [(0, "EXIT")]) == "k: no loop"
