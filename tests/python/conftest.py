@@ -1,8 +1,24 @@
 """Shared fixtures of the Python tests. Tests that need torch live in test_torch*.py and skip
 themselves when torch is missing."""
 
+import importlib.machinery
+import importlib.util
+import pathlib
+
 import numpy as np
 import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def load_script(relative_path):
+    """A script of the repository (bench/, scripts/; with or without .py) as a module."""
+    path = REPO / relative_path
+    name = path.name.replace("-", "_").removesuffix(".py")
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+    loader.exec_module(module)
+    return module
 
 
 @pytest.fixture

@@ -1,14 +1,9 @@
 """bench/lineage_dram.py without a GPU: ncu's CSV read back into bytes per call, the command that
 repeats one lineage row, and the annotation of a lineage file."""
-import importlib.util
-import pathlib
-
 import pytest
+from conftest import load_script
 
-_PATH = pathlib.Path(__file__).resolve().parents[2] / "bench" / "lineage_dram.py"
-_SPEC = importlib.util.spec_from_file_location("lineage_dram", _PATH)
-lineage_dram = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(lineage_dram)
+lineage_dram = load_script("bench/lineage_dram.py")
 
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
           '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit",'

@@ -1,14 +1,8 @@
 """scripts/sass-loop on a hand-written SASS listing: the main loop is the widest backward branch,
 its shortest path skips what a branch jumps over, spills in the loop are counted."""
-import importlib.machinery
-import importlib.util
-import pathlib
+from conftest import load_script
 
-_PATH = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "sass-loop"
-_LOADER = importlib.machinery.SourceFileLoader("sass_loop", str(_PATH))
-_SPEC = importlib.util.spec_from_loader("sass_loop", _LOADER)
-sass_loop = importlib.util.module_from_spec(_SPEC)
-_LOADER.exec_module(sass_loop)
+sass_loop = load_script("scripts/sass-loop")
 
 
 def listing(body):
