@@ -66,6 +66,14 @@ constexpr DqTileShape dq_tile_shape(int head_dim) {
   return {64, 32, 4};  // dQ alone is 96..128 registers
 }
 
+// How a kernel's warp GEMMs spend registers (sm80_warp_gemm.cuh): kOperandBases keeps one address
+// register per operand (and per run of P^T / dS^T stores) for fewer instructions; kAhead loads
+// every fragment one use ahead, a second fragment set live, so ldmatrix runs under the mma.
+template <bool kOperandBasesV, bool kAheadV>
+struct GemmForm {
+  static constexpr bool kOperandBases = kOperandBasesV, kAhead = kAheadV;
+};
+
 // kSmemLimit: the shared memory a CTA may have on the devices the kernel is for.
 template <class ElemT, int kHeadDim, int kSmemLimit = kSm80SmemLimit>
 struct BwdTraits {
@@ -77,6 +85,11 @@ struct BwdTraits {
   static constexpr int kWarps = kShape.warps;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kStages = 2;  // Q/dO buffers: the next block's copy overlaps this block
+  // Measured on the H200 (docs/kernels/sm80_bwd.md v6): operand bases +1.5 % at d = 64, +2.5-3 %
+  // at d = 128, but -8 % at d = 256, where dK + dV hold 128 registers and the bases spill 80 B;
+  // fragments ahead +1.5-1.9 % at d = 256, -2 % at d = 64 (56 B spilled) and below the bases'
+  // gain at d = 128.
+  using Gemm = GemmForm<(kHeadDim < 256), (kHeadDim >= 256)>;
 
   // Per-warp sub-tiles of the three GEMM outputs: rows (multiple of 16) x columns (of 16).
   static constexpr int kSdpRows = kBlockN / kShape.sdp.rows, kSdpCols = kBlockM / kShape.sdp.cols;
@@ -120,6 +133,7 @@ struct DqTraits {
   static constexpr int kBlockN = kShape.block_n;
   static constexpr int kWarps = kShape.warps;
   static constexpr int kThreads = 32 * kWarps;
+  using Gemm = GemmForm<false, false>;
   using QTile = ptx::SwizzledTile<kBlockM, kD / 8>;   // Q and dO
   using KvTile = ptx::SwizzledTile<kBlockN, kD / 8>;  // K and V, two stages
   static constexpr int kSmemBytes = 2 * QTile::kBytes + 4 * KvTile::kBytes;

@@ -147,11 +147,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       zero(st);
       zero(dpt);
       warp_gemm<Elem, kSdpMt, kSdpNt, T::kD, KvTile, Stored::k_contiguous, QTile,
-                Stored::k_contiguous>(st, k_tile, kv_a_lane, sdp_key0, q_tile(stage), q_nk_lane,
-                                      sdp_q0);
+                Stored::k_contiguous, typename T::Gemm>(st, k_tile, kv_a_lane, sdp_key0,
+                                                        q_tile(stage), q_nk_lane, sdp_q0);
       warp_gemm<Elem, kSdpMt, kSdpNt, T::kD, KvTile, Stored::k_contiguous, QTile,
-                Stored::k_contiguous>(dpt, v_tile, kv_a_lane, sdp_key0, do_tile(stage), q_nk_lane,
-                                      sdp_q0);
+                Stored::k_contiguous, typename T::Gemm>(dpt, v_tile, kv_a_lane, sdp_key0,
+                                                        do_tile(stage), q_nk_lane, sdp_q0);
       ctx.row0 = row0;
       ctx.slope = alibi_slope(p, b, h);
       ctx.masked = keys < T::kBlockN || qb.needs_mask(cur.block);  // keys past the end, or an edge
@@ -205,6 +205,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
               }
           }
       }
+      // The warp's kSdpNt units of each row are one run (ptx/swizzle.hpp, run_base): one
+      // register, an XOR per unit, the rows as immediates, where the shape spends registers on
+      // addresses (T::Gemm). 4-unit strips (block_m 32) keep the address per store.
+      constexpr bool kRuns = T::Gemm::kOperandBases && PTile::kStripUnits == 8 && 8 % kSdpNt == 0;
+      const int run = kRuns ? PTile::run_base(sdp_key0, sdp_q0 / 8, g, 4 * t) : 0;
 #pragma unroll
       for (int mt = 0; mt < kSdpMt; ++mt)
 #pragma unroll
@@ -213,7 +218,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
           for (int nt = 0; nt < kSdpNt; ++nt) {
             const int unit = (sdp_q0 + nt * 8) / 8;
-            const int off = PTile::fixed_offset(sdp_key0 + 16 * mt, unit) +
+            const int off =
+                kRuns ? (run ^ (16 * nt)) + mt * PTile::kRows16Bytes + half * PTile::kRows8Bytes
+                      : PTile::fixed_offset(sdp_key0 + 16 * mt, unit) +
                             (row_off ^ PTile::unit_xor(unit)) + 4 * t;
             *reinterpret_cast<std::uint32_t*>(smem + T::kPOffset + off) =
                 ptx::pack2<Elem>(st[mt][nt][2 * half], st[mt][nt][2 * half + 1]);
@@ -225,10 +232,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     __syncthreads();  // P^T and dS^T visible
 
     // B: dV += P^T dO, dK += dS^T Q.
-    warp_gemm<Elem, kDkvMt, kDkvNt, T::kBlockM, PTile, Stored::k_contiguous, QTile, Stored::k_rows>(
-        dv, p_tile, p_a_lane, dkv_key0, do_tile(stage), q_kn_lane, dkv_d0);
-    warp_gemm<Elem, kDkvMt, kDkvNt, T::kBlockM, PTile, Stored::k_contiguous, QTile, Stored::k_rows>(
-        dk, ds_tile, p_a_lane, dkv_key0, q_tile(stage), q_kn_lane, dkv_d0);
+    warp_gemm<Elem, kDkvMt, kDkvNt, T::kBlockM, PTile, Stored::k_contiguous, QTile, Stored::k_rows,
+              typename T::Gemm>(dv, p_tile, p_a_lane, dkv_key0, do_tile(stage), q_kn_lane, dkv_d0);
+    warp_gemm<Elem, kDkvMt, kDkvNt, T::kBlockM, PTile, Stored::k_contiguous, QTile, Stored::k_rows,
+              typename T::Gemm>(dk, ds_tile, p_a_lane, dkv_key0, q_tile(stage), q_kn_lane, dkv_d0);
 
     // C: dQ += dS K (dS read as the transpose of the stored dS^T).
     if (bp.dq_accum != nullptr) {
@@ -237,8 +244,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       // Rows of the accumulator are heads_q * d floats apart: one base a step plus row offsets,
       // not a dq_accum_row per row (~40 instructions a step).
       float* const dq_block = bp.dq_accum + dq_accum_row(bp, b, sp, row0, h);
-      warp_gemm<Elem, kDqMt, kDqNt, T::kBlockN, PTile, Stored::k_rows, KvTile, Stored::k_rows>(
-          dq, ds_tile, p_km_lane, dq_q0, k_tile, kv_kn_lane, dq_d0);
+      warp_gemm<Elem, kDqMt, kDqNt, T::kBlockN, PTile, Stored::k_rows, KvTile, Stored::k_rows,
+                typename T::Gemm>(dq, ds_tile, p_km_lane, dq_q0, k_tile, kv_kn_lane, dq_d0);
 #pragma unroll
       for (int mt = 0; mt < kDqMt; ++mt)
 #pragma unroll

@@ -96,10 +96,10 @@ __global__ void __launch_bounds__(T::kThreads, 1) dq_kernel(const __grid_constan
     float s[1][kNt][4], dp[1][kNt][4];
     zero(s);
     zero(dp);
-    warp_gemm<Elem, 1, kNt, T::kD, QTile, Stored::k_contiguous, KvTile, Stored::k_contiguous>(
-        s, q_tile, q_a_lane, warp * 16, k_tile(stage), kv_nk_lane, 0);
-    warp_gemm<Elem, 1, kNt, T::kD, QTile, Stored::k_contiguous, KvTile, Stored::k_contiguous>(
-        dp, do_tile, q_a_lane, warp * 16, v_tile(stage), kv_nk_lane, 0);
+    warp_gemm<Elem, 1, kNt, T::kD, QTile, Stored::k_contiguous, KvTile, Stored::k_contiguous,
+              typename T::Gemm>(s, q_tile, q_a_lane, warp * 16, k_tile(stage), kv_nk_lane, 0);
+    warp_gemm<Elem, 1, kNt, T::kD, QTile, Stored::k_contiguous, KvTile, Stored::k_contiguous,
+              typename T::Gemm>(dp, do_tile, q_a_lane, warp * 16, v_tile(stage), kv_nk_lane, 0);
     ctx.col0 = std::int64_t(n) * T::kBlockN;
     ctx.masked = range.needs_mask(n);
     // The variants of sm80_dkdv_kernel.cuh: plain, plain with the band test, general.
@@ -154,7 +154,8 @@ __global__ void __launch_bounds__(T::kThreads, 1) dq_kernel(const __grid_constan
 #pragma unroll
       for (int dn = 0; dn < T::kD / 16; ++dn) {
         std::uint32_t bf[4];
-        load_b_pair<KvTile, Stored::k_rows>(bf, k_tile(stage), kv_kn_lane, dn * 16, kk * 16);
+        load_frag<Stored::k_rows>(
+            bf, frag_at<KvTile, Stored::k_rows>(k_tile(stage), kv_kn_lane, dn * 16, kk * 16));
         ptx::mma_m16n8k16<Elem>(dq[0][2 * dn], a, bf[0], bf[1]);
         ptx::mma_m16n8k16<Elem>(dq[0][2 * dn + 1], a, bf[2], bf[3]);
       }

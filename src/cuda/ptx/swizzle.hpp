@@ -46,6 +46,21 @@ struct SwizzledTile {
   FLASHKIT_HD static int lane_offset(int r) { return byte_offset(r, 0); }
   FLASHKIT_HD static constexpr int unit_xor(int unit) { return (unit % kStripUnits) * 16; }
 
+  // A warp's run of stores: rows row0 + 16 m + 8 h + r (row0 a multiple of 16, r < 8) and units
+  // u0 + j (u0 a multiple of kRun, a power of two, with the run inside one strip), at byte b < 16
+  // of the unit. With 8-unit strips,
+  //   byte_offset(row0 + 16 m + 8 h + r, u0 + j) + b
+  //     == (run_base(row0, u0, r, b) ^ (16 j)) + m * kRows16Bytes + h * kRows8Bytes,
+  // and that holds for a tile base added to run_base when the base is 128-byte aligned (the XOR
+  // touches bits 4..6 only). One register per thread then addresses the whole run: one XOR per
+  // unit, the rows as immediates (the backward's P^T / dS^T stores spent ~60 instructions a step
+  // recomputing 16 addresses).
+  static constexpr int kRows8Bytes = 8 * kStripUnits * 16;
+  static constexpr int kRows16Bytes = 2 * kRows8Bytes;
+  FLASHKIT_HD static int run_base(int row0, int u0, int r, int byte) {
+    return fixed_offset(row0, u0) + ((lane_offset(r) + byte) ^ unit_xor(u0));
+  }
+
   // The p-th logical (row, unit) in strip-major order: a copy loop that hands out p to consecutive
   // threads makes every 8 of them fill one 128-byte line (conflict-free 16-byte stores).
   FLASHKIT_HD static void copy_order(int p, int& row, int& unit) {

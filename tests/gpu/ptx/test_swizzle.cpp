@@ -60,6 +60,38 @@ void check_tile() {
   }
 }
 
+// run_base's identity (swizzle.hpp) for every run the P^T / dS^T stores take: 8-unit strips,
+// runs of 4 or 8 units, any 128-byte aligned tile base.
+template <int kRows, int kUnits>
+void check_runs() {
+  using Tile = cuda::ptx::SwizzledTile<kRows, kUnits>;
+  static_assert(Tile::kStripUnits == 8, "runs are proven for 8-unit strips");
+  SCOPED_TRACE(::testing::Message() << kRows << " rows x " << kUnits << " units");
+  for (const int run : {4, 8})
+    for (const int base : {0, 128, 0x10000 + 384})
+      for (int row0 = 0; row0 < kRows; row0 += 16)
+        for (int u0 = 0; u0 < kUnits; u0 += run)
+          for (int m = 0; 16 * (row0 / 16 + m) < kRows; ++m)
+            for (int h = 0; h < 2; ++h)
+              for (int r = 0; r < 8; ++r)
+                for (int j = 0; j < run; ++j)
+                  for (int b = 0; b < 16; b += 4) {
+                    const int want =
+                        base + Tile::byte_offset(row0 + 16 * m + 8 * h + r, u0 + j) + b;
+                    const int got = ((base + Tile::run_base(row0, u0, r, b)) ^ (16 * j)) +
+                                    m * Tile::kRows16Bytes + h * Tile::kRows8Bytes;
+                    ASSERT_EQ(got, want) << "row0 " << row0 << " u0 " << u0 << " m " << m << " h "
+                                         << h << " r " << r << " j " << j << " byte " << b;
+                  }
+}
+
+TEST(Swizzle, StoreRunsAddressFromOneRegister) {
+  // P^T / dS^T tiles: block_n x block_m / 8 units.
+  check_runs<128, 8>();
+  check_runs<128, 16>();
+  check_runs<64, 8>();
+}
+
 TEST(Swizzle, EveryHeadDimTileIsBijectiveConflictFreeAndSplitsItsAddress) {
   // Units per row = head dim / 8: d = 32, 64, 96, 128, 192, 256.
   check_tile<64, 4>();
