@@ -47,8 +47,8 @@ struct SwizzledTile {
   FLASHKIT_HD static constexpr int unit_xor(int unit) { return (unit % kStripUnits) * 16; }
 
   // A warp's run of stores: rows row0 + 16 m + 8 h + r (row0 a multiple of 16, r < 8) and units
-  // u0 + j (u0 a multiple of kRun, a power of two, with the run inside one strip), at byte b < 16
-  // of the unit. With 8-unit strips,
+  // u0 + j (u0 a multiple of the run's length, a power of two; the run inside one strip), at
+  // byte b < 16 of the unit. With 8-unit strips,
   //   byte_offset(row0 + 16 m + 8 h + r, u0 + j) + b
   //     == (run_base(row0, u0, r, b) ^ (16 j)) + m * kRows16Bytes + h * kRows8Bytes,
   // and that holds for a tile base added to run_base when the base is 128-byte aligned (the XOR
