@@ -25,7 +25,9 @@ std::vector<DeviceInfo> devices() {
     d.name = std::string(prop.name) + " (sm_" + std::to_string(cc) + ", " +
              std::to_string(prop.multiProcessorCount) + " SMs)";
     d.backend = "cuda";
-    d.kernels = cc >= 80 ? "fa2 (sm80 mma.sync; f32 inputs via fa1), fa1, naive" : "fa1, naive";
+    d.kernels = cc >= 80
+                    ? "fa2 (sm80 mma.sync; f32 inputs on CUDA cores, fa1 above d 256), fa1, naive"
+                    : "fa2 for f32 inputs only (CUDA cores), fa1, naive";
 #if FLASHKIT_HAVE_SM90
     if (cc == 90) {
       d.kernels = "fa3 (sm90 wgmma + TMA, head dims " + sm90::fwd_head_dims_text() +

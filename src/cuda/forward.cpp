@@ -7,6 +7,7 @@
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/make_params.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "cuda/fwd_fp32.hpp"
 #include "cuda/lineage/lineage.hpp"
 #include "cuda/sm80/fwd_sm80.hpp"
 #if FLASHKIT_HAVE_SM90
@@ -92,8 +93,11 @@ void forward(const AttentionArgs& args, const core::ProblemDims& dims) {
     core::fail("algo", "automatic, naive, fa1, fa2 or fa3 on cuda", algo_name(algo));
   }
   if (algo == Algo::fa3) check_fa3(args, dims, capability);
-  // f32 inputs: the tensor-core path would round them to 16 bits; FA1's fp32 loop keeps them.
+  // f32 inputs: the tensor-core path would round them to 16 bits. FA2's loop order on CUDA cores
+  // keeps them in fp32 where its tiles fit (head dims <= 256); FA1's fp32 loop takes the rest.
+  bool fp32_flash = false;
   if (args.q.dtype() == DType::f32 && (algo == Algo::automatic || algo == Algo::fa2)) {
+    fp32_flash = fwd_fp32_runs(int(dims.head_dim), int(dims.head_dim_v), tile_smem_limit());
     algo = Algo::fa1;
   }
   if (algo == Algo::fa1 && (dims.head_dim > kFa1MaxHeadDim || dims.head_dim_v > kFa1MaxHeadDim)) {
@@ -105,6 +109,7 @@ void forward(const AttentionArgs& args, const core::ProblemDims& dims) {
 
   const FwdParams p = make_fwd_params(args, args.out, args.lse, dims);
   const auto stream = static_cast<cudaStream_t>(args.stream);
+  if (fp32_flash) return fwd_fp32(p, stream);
   switch (algo) {
     case Algo::naive:
       return naive_forward(p, stream);

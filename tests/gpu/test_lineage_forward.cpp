@@ -1,5 +1,5 @@
 // The lineage kernels on the GPU (Algo::naive: three kernels with S and P in memory; Algo::fa1:
-// FA1 loop order, also the fp32-input path) against the fp64 oracle: every mask over a packed
+// FA1 loop order, also the fp32-input path above the CUDA-core FA2 kernel's head dims) against the fp64 oracle: every mask over a packed
 // varlen batch with empty sequences, GQA, head dims that are no multiple of anything (d 40,
 // d_v 24), f32/f16/bf16 inputs.
 #include <gtest/gtest.h>
@@ -54,7 +54,7 @@ TEST(LineageForward, BatchedLayoutAndLargeHeadDim) {
   }
 }
 
-// f32 inputs under automatic and fa2 run the FA1-order kernel in fp32: held to the f32 rule.
+// f32 inputs under automatic and fa2 run in fp32 (fwd_fp32.cu): held to the f32 rule.
 TEST(LineageForward, F32InputsTakeTheFp32Path) {
   for (Algo algo : {Algo::automatic, Algo::fa2}) {
     CaseSpec s;

@@ -14,7 +14,8 @@ void naive_forward(const FwdParams& p, cudaStream_t stream);
 
 // FlashAttention-1 loop order: one CTA per (sequence, head); KV blocks outer, Q blocks inner; the
 // normalised O and the softmax state (m, l) of every row go back to global memory after each KV
-// block. Also the fp32-input path of Algo::automatic / fa2 (exact fp32 arithmetic).
+// block. Also the fp32-input path of Algo::automatic / fa2 where the CUDA-core FA2 kernel
+// (fwd_fp32.hpp) does not fit: head dims above 256, or too little shared memory.
 void fa1_forward(const FwdParams& p, cudaStream_t stream);
 
 // Largest head dim the FA1 kernel takes (its K, V and Q blocks must fit in shared memory).
