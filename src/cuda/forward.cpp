@@ -109,7 +109,7 @@ void forward(const AttentionArgs& args, const core::ProblemDims& dims) {
 
   const FwdParams p = make_fwd_params(args, args.out, args.lse, dims);
   const auto stream = static_cast<cudaStream_t>(args.stream);
-  if (fp32_flash) return fwd_fp32(p, stream);
+  if (fp32_flash) return fwd_fp32(p, multiprocessor_count(args.q.device()), stream);
   switch (algo) {
     case Algo::naive:
       return naive_forward(p, stream);

@@ -11,8 +11,14 @@
 // float4 of Q^T and two floats of K^T for 8 FMAs; per key the P V loop one float4 of P^T and
 // kD / 16 floats of V for kD / 4 FMAs. Arithmetic is fp32 throughout (exp2f, not ex2.approx), as
 // the f32 rule of the tests demands.
+//
+// Key splits: when (query tiles x heads x sequences) would leave SMs idle (one head at N = 1024
+// is 16 CTAs for 132 SMs), each tile's visited blocks are cut into `splits` runs, one CTA each,
+// which write a partial (o, lse) in fp32 to a workspace; merge_kernel then combines a row's
+// partials with warp_merge, the merge of merge_states and the paged decode.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -20,6 +26,8 @@
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/score.cuh"
+#include "cuda/common/stream_buffer.hpp"
+#include "cuda/common/warp_merge.cuh"
 #include "cuda/fwd_fp32.hpp"
 #include "cuda/sm80/kv_block_range.hpp"
 
@@ -33,6 +41,20 @@ constexpr int kThreads = 256;       // 16 x 16, see above
 constexpr int kQPitch = kRows + 4;  // Q^T and P^T rows: float4-aligned
 constexpr int kKPitch = kKeys + 1;  // K^T rows: the transposing stores hit 32 different banks
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Key splits: up to 16 (warp_merge's 16-state round), each at least 4 blocks (128 keys) long, for
+// about 2 CTAs per SM (the d <= 128 kernels fit 2-3 per SM by registers and shared memory).
+constexpr int kMaxSplits = 16;
+constexpr int kMinBlocksPerSplit = 4;
+constexpr int kCtasPerSm = 2;
+
+// Where split CTAs put their partial states: row ((s * batch + b) * seqlen_q + i) * heads_q + h
+// of split s holds o (kD floats, normalised; columns past d_v are 0) and lse (natural log, -inf
+// when the split saw no key).
+struct SplitStates {
+  int splits;  // 1: no workspace, the kernel writes out and lse itself
+  float* o;
+  float* lse;
+};
 
 // Shared memory in floats, for head dims up to kD (Q^T [kD][kQPitch], K^T [kD][kKPitch],
 // V [kKeys][kD], P^T [kKeys][kQPitch]): 145 KB at kD = 256, 73 KB at 128.
@@ -60,7 +82,8 @@ __device__ __forceinline__ float half_warp_sum(float x) {
 }
 
 template <int kD>
-__global__ void __launch_bounds__(kThreads) fwd_fp32_kernel(const FwdParams p) {
+__global__ void __launch_bounds__(kThreads)
+    fwd_fp32_kernel(const FwdParams p, const SplitStates split) {
   using L = Fp32Smem<kD>;
   constexpr int kCols = kD / 16;  // O columns per thread
   extern __shared__ __align__(16) float smem[];
@@ -72,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) fwd_fp32_kernel(const FwdParams p) {
   const int b = blockIdx.z, h = blockIdx.y, hk = h / p.group();
   const core::SeqSpan sp = sequence_span(p, b);
   const int len_q = int(sp.len_q), len_k = int(sp.len_k);
-  const int i0 = int(blockIdx.x) * kRows;
+  const int i0 = int(blockIdx.x) / split.splits * kRows, s_idx = int(blockIdx.x) % split.splits;
   if (i0 >= len_q) return;
   const int tid = int(threadIdx.x), tx = tid % 16, ty = tid / 16;
   const int d = p.head_dim, dv = p.head_dim_v;
@@ -99,7 +122,11 @@ __global__ void __launch_bounds__(kThreads) fwd_fp32_kernel(const FwdParams p) {
   const int last_row = (i0 + kRows < len_q ? i0 + kRows : len_q) - 1;
   const sm80::KvBlockRange blocks = sm80::kv_block_range(p.mask, i0, last_row, len_q, len_k, kKeys);
   const bool mods = p.has_score_mods();
-  for (int n = blocks.first(); n >= 0; n = blocks.next(n)) {
+  // This split's run of the walk: blocks [s_idx * per, (s_idx + 1) * per) of blocks.count().
+  const int per = (blocks.count() + split.splits - 1) / split.splits;
+  int n = blocks.first();
+  for (int skip = s_idx * per; n >= 0 && skip > 0; --skip) n = blocks.next(n);
+  for (int taken = 0; n >= 0 && taken < per; n = blocks.next(n), ++taken) {
     const int j0 = n * kKeys;
     __syncthreads();  // every thread is past the previous block's K^T, V and P^T
     for (int x = tid; x < kKeys * kD; x += kThreads) {
@@ -179,6 +206,14 @@ __global__ void __launch_bounds__(kThreads) fwd_fp32_kernel(const FwdParams p) {
     const int i = i0 + 4 * ty + r;
     if (i >= len_q) continue;
     const float inv_l = st[r].l > 0.0f ? 1.0f / st[r].l : 0.0f;  // no visible key: O = 0
+    if (split.splits > 1) {
+      const std::int64_t row =
+          ((std::int64_t(s_idx) * p.batch + b) * p.seqlen_q + i) * p.heads_q + h;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) split.o[row * kD + tx + 16 * c] = o[r][c] * inv_l;
+      if (tx == 0) split.lse[row] = st[r].lse();
+      continue;
+    }
     const std::int64_t out0 = core::element_offset(p.out_layout, b, sp.q_start, i, h);
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
@@ -189,6 +224,41 @@ __global__ void __launch_bounds__(kThreads) fwd_fp32_kernel(const FwdParams p) {
       p.lse[core::element_offset(p.lse_layout, b, sp.q_start, i, h)] = st[r].lse();
     }
   }
+}
+
+// One warp per (sequence, query row, head, 128 elements of d_v): the row's `splits` partial
+// states into out (and lse), lane l owning elements 4 l .. 4 l + 3 of its chunk.
+template <int kD, int kRound>
+__global__ void __launch_bounds__(128) merge_kernel(const FwdParams p, const SplitStates split) {
+  constexpr int kChunks = (kD + 127) / 128;
+  const std::int64_t warp = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const std::int64_t row = warp / kChunks;  // (b * seqlen_q + i) * heads_q + h
+  if (row >= std::int64_t(p.batch) * p.seqlen_q * p.heads_q) return;  // warp-uniform
+  const int h = int(row % p.heads_q), i = int(row / p.heads_q % p.seqlen_q);
+  const int b = int(row / p.heads_q / p.seqlen_q);
+  const core::SeqSpan sp = sequence_span(p, b);
+  if (i >= sp.len_q) return;
+  const int e = int(warp % kChunks) * 128 + int(threadIdx.x % 32) * 4;
+  const std::int64_t states = std::int64_t(p.batch) * p.seqlen_q * p.heads_q;
+  float o[4], lse;
+  warp_merge<kRound, 4>(split.splits, split.lse + row, states, split.o + row * kD + e, states * kD,
+                        e < kD, o, lse);
+  const std::int64_t out0 = core::element_offset(p.out_layout, b, sp.q_start, i, h);
+#pragma unroll
+  for (int v = 0; v < 4; ++v) {
+    if (e + v < p.head_dim_v) store_from_float(p.out, p.out_dtype, out0 + e + v, o[v]);
+  }
+  if (e == 0 && p.lse != nullptr) {
+    p.lse[core::element_offset(p.lse_layout, b, sp.q_start, i, h)] = lse;
+  }
+}
+
+// Key splits for a grid of `ctas` CTAs over at most `kv_blocks` blocks per tile.
+int key_splits(std::int64_t ctas, int kv_blocks, int sm_count) {
+  if (ctas >= std::int64_t(sm_count) * kCtasPerSm) return 1;
+  const std::int64_t want = (std::int64_t(sm_count) * kCtasPerSm + ctas - 1) / ctas;
+  return int(std::max<std::int64_t>(
+      1, std::min<std::int64_t>({want, kv_blocks / kMinBlocksPerSplit, kMaxSplits})));
 }
 
 // The smallest compiled head-dim bucket that holds d and d_v; 0 when none does.
@@ -214,15 +284,32 @@ int fp32_smem_bytes(int bucket) {
 }
 
 template <int kD>
-void launch(const FwdParams& p, cudaStream_t stream) {
+void launch(const FwdParams& p, int sm_count, cudaStream_t stream) {
   const int smem = Fp32Smem<kD>::kBytes;
   check_cuda(
       cudaFuncSetAttribute(fwd_fp32_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
       "fwd_fp32_kernel shared memory");
-  const dim3 grid(unsigned((p.seqlen_q + kRows - 1) / kRows), unsigned(p.heads_q),
-                  unsigned(p.batch));
-  fwd_fp32_kernel<kD><<<grid, kThreads, smem, stream>>>(p);
+  const int tiles = (p.seqlen_q + kRows - 1) / kRows;
+  const std::int64_t rows = std::int64_t(p.batch) * p.seqlen_q * p.heads_q;
+  SplitStates split{key_splits(std::int64_t(tiles) * p.heads_q * p.batch,
+                               (p.seqlen_k + kKeys - 1) / kKeys, sm_count),
+                    nullptr, nullptr};
+  const StreamBuffer workspace(
+      split.splits > 1 ? std::size_t(split.splits) * rows * (kD + 1) * sizeof(float) : 0, stream);
+  if (split.splits > 1) {
+    split.o = workspace.as<float>();
+    split.lse = split.o + std::int64_t(split.splits) * rows * kD;
+  }
+  const dim3 grid(unsigned(tiles * split.splits), unsigned(p.heads_q), unsigned(p.batch));
+  fwd_fp32_kernel<kD><<<grid, kThreads, smem, stream>>>(p, split);
   check_launch("fwd_fp32_kernel");
+  if (split.splits == 1) return;
+  constexpr int kChunks = (kD + 127) / 128;
+  const auto blocks = unsigned((rows * kChunks + 3) / 4);  // 4 warps per block
+  with_merge_round<kMaxSplits>(split.splits, [&](auto round) {
+    merge_kernel<kD, decltype(round)::value><<<blocks, 128, 0, stream>>>(p, split);
+  });
+  check_launch("fwd_fp32 merge_kernel");
 }
 
 }  // namespace
@@ -232,17 +319,17 @@ bool fwd_fp32_runs(int head_dim, int head_dim_v, int smem_optin) {
   return bucket > 0 && fp32_smem_bytes(bucket) <= smem_optin;
 }
 
-void fwd_fp32(const FwdParams& p, cudaStream_t stream) {
+void fwd_fp32(const FwdParams& p, int sm_count, cudaStream_t stream) {
   if (p.seqlen_q == 0 || p.batch == 0) return;
   switch (fp32_bucket(p.head_dim, p.head_dim_v)) {
     case 32:
-      return launch<32>(p, stream);
+      return launch<32>(p, sm_count, stream);
     case 64:
-      return launch<64>(p, stream);
+      return launch<64>(p, sm_count, stream);
     case 128:
-      return launch<128>(p, stream);
+      return launch<128>(p, sm_count, stream);
     default:
-      return launch<256>(p, stream);
+      return launch<256>(p, sm_count, stream);
   }
 }
 

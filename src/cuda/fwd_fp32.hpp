@@ -13,6 +13,7 @@ namespace flashkit::cuda {
 // (lineage/fa1.cu) serves f32 inputs, up to its own head-dim limit.
 bool fwd_fp32_runs(int head_dim, int head_dim_v, int smem_optin);
 
-void fwd_fp32(const FwdParams& p, cudaStream_t stream);
+// sm_count: the device's SMs, against which the grid's key splits are chosen.
+void fwd_fp32(const FwdParams& p, int sm_count, cudaStream_t stream);
 
 }  // namespace flashkit::cuda

@@ -1,7 +1,7 @@
 // Causal / window / prefix-LM block skipping of the sm80 forward (sm80/kv_block_range.hpp)
 // against core::key_visible, element by element, on the host: every visible key's block is
 // visited exactly once, in descending order, and a block is left unmasked only when every row of
-// the tile sees every key of it.
+// the tile sees every key of it; count() is the walk's length.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -25,11 +25,12 @@ void check(const core::MaskRule& rule, std::int64_t len_q, std::int64_t len_k, i
     const std::int64_t m1 = std::min(m0 + block_m, len_q) - 1;
     const auto range = kv_block_range(rule, m0, m1, len_q, len_k, block_n);
     std::set<int> visited;
-    int prev = 1 << 30;
+    int prev = 1 << 30, walked = 0;
     for (int n = range.first(); n >= 0; n = range.next(n)) {
       ASSERT_LT(n, prev) << "blocks must strictly descend";
       ASSERT_LT(std::int64_t(n) * block_n, len_k) << "block past the keys";
       prev = n;
+      ++walked;
       visited.insert(n);
       bool all_visible = true;
       for (std::int64_t i = m0; i <= m1; ++i) {
@@ -41,6 +42,7 @@ void check(const core::MaskRule& rule, std::int64_t len_q, std::int64_t len_k, i
         ASSERT_TRUE(all_visible) << "block " << n << " rows " << m0;
       }
     }
+    ASSERT_EQ(range.count(), walked) << "rows " << m0;
     for (std::int64_t i = m0; i <= m1; ++i) {
       for (std::int64_t j = 0; j < len_k; ++j) {
         if (core::key_visible(rule, i + shift, j, len_k)) {

@@ -1,7 +1,7 @@
 // The lineage kernels on the GPU (Algo::naive: three kernels with S and P in memory; Algo::fa1:
-// FA1 loop order, also the fp32-input path above the CUDA-core FA2 kernel's head dims) against the fp64 oracle: every mask over a packed
-// varlen batch with empty sequences, GQA, head dims that are no multiple of anything (d 40,
-// d_v 24), f32/f16/bf16 inputs.
+// FA1 loop order, also the fp32-input path above the CUDA-core FA2 kernel's head dims) against
+// the fp64 oracle: every mask over a packed varlen batch with empty sequences, GQA, head dims
+// that are no multiple of anything (d 40, d_v 24), f32/f16/bf16 inputs.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -1,6 +1,7 @@
 """Reference attention for the torch tests: torch SDPA's math backend with the mask built as an
-additive bias (flashkit's mask rules written from their definition), and an eager softcap path
-SDPA cannot express. Layout BSHD like flashkit."""
+additive bias (flashkit's mask rules written from their definition), the same written out op by
+op in the inputs' dtype (the plain same-precision baseline of the gradient tests), and an eager
+softcap path SDPA cannot express. Layout BSHD like flashkit."""
 
 import torch
 import torch.nn.functional as F
@@ -37,18 +38,9 @@ def mask_bias(
     return bias
 
 
-def sdpa(q, k, v, *, scale=None, causal=False, bottom_right=True, window=(-1, -1), alibi=None):
+def sdpa(q, k, v, *, scale=None, **mask):
     """SDPA (math backend) on BSHD tensors with flashkit's mask semantics; GQA via enable_gqa."""
-    bias = mask_bias(
-        q.shape[1],
-        k.shape[1],
-        causal=causal,
-        bottom_right=bottom_right,
-        window=window,
-        alibi=alibi,
-        dtype=q.dtype,
-        device=q.device,
-    )
+    bias = mask_bias(q.shape[1], k.shape[1], **mask, dtype=q.dtype, device=q.device)
     with sdpa_kernel([SDPBackend.MATH]):
         out = F.scaled_dot_product_attention(
             q.transpose(1, 2),
@@ -59,6 +51,20 @@ def sdpa(q, k, v, *, scale=None, causal=False, bottom_right=True, window=(-1, -1
             enable_gqa=q.shape[2] != k.shape[2],
         )
     return out.transpose(1, 2)
+
+
+def plain(q, k, v, *, scale=None, **mask):
+    """Attention op by op in the inputs' dtype: S = QK^T, the softmax and PV each rounded to it,
+    and so are their gradients under autograd (FlashAttention's tests call this attention_ref with
+    upcast=False). The baseline for 16-bit gradients: SDPA's math backend computes 16-bit inputs
+    in fp32 and rounds once, which no 16-bit kernel's dQ can match, since dS is rounded to 16 bits
+    before dQ = dS K (docs/kernels/sm80_bwd.md, v6). Every query must see a key, as for sdpa."""
+    group = q.shape[2] // k.shape[2]
+    k, v = (x.repeat_interleave(group, dim=2) for x in (k, v))
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    s = torch.einsum("bihd,bjhd->bhij", q, k) * scale
+    bias = mask_bias(q.shape[1], k.shape[1], **mask, dtype=s.dtype, device=s.device)
+    return torch.einsum("bhij,bjhd->bihd", (s + bias).softmax(-1), v)
 
 
 def eager_softcap(q, k, v, *, softcap, causal=False):

@@ -31,6 +31,12 @@ struct KvBlockRange {
     return n;
   }
 
+  // The number of blocks the walk visits (the fp32 forward's key splits divide it).
+  FLASHKIT_HD int count() const {
+    const int band_from = band_first > prefix_last ? band_first : prefix_last + 1;
+    return prefix_last + 1 + (band_last >= band_from ? band_last - band_from + 1 : 0);
+  }
+
   // True when some (row, key) of block n is hidden or past the sequence, so scores need the
   // element-wise mask.
   FLASHKIT_HD bool needs_mask(int n) const {
