@@ -56,10 +56,14 @@ def bytes_per_call(records, calls=CALLS_PER_MEASUREMENT):
     return sum(value for _, _, value in records) / calls
 
 
+# The lineage bench's rows and the --algo that re-runs each.
+IMPL_ALGOS = {"flashkit-naive": "naive", "flashkit-fa1": "fa1", "flashkit-fa2": "fa2"}
+
+
 def bench_command(flashkit, row):
     """The flashkit bench invocation that repeats one lineage row's measurement alone."""
     c = row["config"]
-    algo = {"flashkit-naive": "naive", "flashkit-fa2": "fa2"}[row["impl"]]
+    algo = IMPL_ALGOS[row["impl"]]
     cmd = [flashkit, "bench", "--device", "cuda", "--algo", algo, "--n", str(c["n"]),
            "--d", str(c["d"]), "--heads", str(c["heads"]), "--batch", str(c["batch"]),
            "--dtype", c["dtype"], "--repeats", "1"]
@@ -82,7 +86,7 @@ def annotate(doc, measure_row):
     (a skipped row, naive past the device's memory, keeps its modelled bytes only)."""
     for row in doc["rows"]:
         if ("bytes_modelled" not in row or "skipped" in row
-                or row["impl"] not in ("flashkit-naive", "flashkit-fa2")):
+                or row["impl"] not in IMPL_ALGOS):
             continue
         measured = measure_row(row)
         row["bytes_measured"] = measured

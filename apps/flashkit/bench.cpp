@@ -107,19 +107,18 @@ class Sweep {
   Sweep(const BenchOptions& o, BenchDevice& device) : opts_(o), device_(device) {}
 
   BenchRow run(const BenchConfig& c, bool flash_only) {
-    BenchRow row{c, plan(Algo::naive, c, flash_only), plan(Algo::fa2, c, false), 0.0, ""};
-    if (!runs(row.naive) && !runs(row.flash)) return row;  // e.g. naive alone, too big
+    BenchRow row{c, {}};
+    for (const Algo algo : lineage_algos()) row.runs.push_back(plan(algo, c, flash_only));
+    if (std::none_of(row.runs.begin(), row.runs.end(), runs)) return row;  // e.g. naive, too big
     const Inputs in = random_inputs(c);
     const auto q = device_.upload(in.q), k = device_.upload(in.k), v = device_.upload(in.v);
-    Runner naive{row.naive, c, *q, *k, *v, nullptr, 0.0};
-    Runner flash{row.flash, c, *q, *k, *v, nullptr, 0.0};
-    for (Runner* r : {&naive, &flash}) {
-      if (runs(r->m)) warm_up(*r);
+    std::vector<Runner> runners;
+    for (Measurement& m : row.runs) {
+      if (runs(m)) runners.push_back({m, c, *q, *k, *v, nullptr, 0.0});
     }
-    check(row, in, naive, flash);
-    for (Runner* r : {&naive, &flash}) {
-      if (runs(r->m)) time(*r);
-    }
+    for (Runner& r : runners) warm_up(r);
+    check(in, runners);
+    for (Runner& r : runners) time(r);
     progress_.clear();
     return row;
   }
@@ -142,6 +141,9 @@ class Sweep {
     m.requested = std::count(opts_.algos.begin(), opts_.algos.end(), algo) > 0;
     const core::AttentionSize size = c.size();
     const double elem = double(dtype_size(c.dtype));
+    if (algo == Algo::fa1 && device_.is_cpu()) {
+      m.skipped = "CUDA only";  // the CPU backend has no FA1 kernel
+    }
     if (algo == Algo::naive) {
       // S and P in fp32, whatever the input dtype.
       m.bytes_modelled = core::naive_forward_bytes(size, elem, sizeof(float));
@@ -154,6 +156,10 @@ class Sweep {
       } else if (flash_only) {
         m.skipped = "flash-only row";
       }
+    } else if (algo == Algo::fa1) {
+      m.bytes_modelled = core::fa1_forward_bytes(size, elem);
+      // One CTA per (sequence, head): minutes for the flash-only row's 4 x 65536^2 x d FLOPs.
+      if (flash_only && m.skipped.empty()) m.skipped = "flash-only row";
     } else {
       m.bytes_modelled = core::flash_forward_bytes(size, elem);
     }
@@ -161,8 +167,7 @@ class Sweep {
   }
 
   std::string label(const Runner& r) const {
-    return format("N=%lld %s", static_cast<long long>(r.config.seqlen),
-                  r.m.algo == Algo::naive ? "naive" : "flash");
+    return format("N=%lld %s", static_cast<long long>(r.config.seqlen), algo_label(r.m.algo));
   }
 
   double run_once(Runner& r) {
@@ -195,30 +200,36 @@ class Sweep {
     r.m.gflops = core::forward_flops(r.config.size()) / (r.m.ms * 1e6);
   }
 
-  // Flash against naive when both ran; otherwise whichever ran against the oracle on a slice.
-  void check(BenchRow& row, const Inputs& in, const Runner& naive, const Runner& flash) {
+  // Every algorithm against naive when naive ran beside it; otherwise each that ran against the
+  // oracle on a slice.
+  void check(const Inputs& in, std::vector<Runner>& runners) {
     progress_.clear();  // a failure message must not land on a progress line
-    const double tol = tolerance(row.config.dtype);
-    if (runs(naive.m) && runs(flash.m)) {
-      row.checked_against = "naive";
-      row.max_abs_diff = max_abs_diff(device_.download(*naive.out), device_.download(*flash.out));
-      expect_close(row, "flash", tol);
+    const Runner* naive =
+        !runners.empty() && runners.front().m.algo == Algo::naive ? &runners.front() : nullptr;
+    if (naive != nullptr && runners.size() > 1) {
+      const HostArray baseline = device_.download(*naive->out);
+      for (Runner& r : runners) {
+        if (&r == naive) continue;
+        r.m.checked_against = "naive";
+        r.m.max_abs_diff = max_abs_diff(baseline, device_.download(*r.out));
+        expect_close(r.config, r.m);
+      }
       return;
     }
-    row.checked_against = "reference";
-    for (const Runner* r : {&naive, &flash}) {
-      if (!runs(r->m)) continue;
-      row.max_abs_diff = diff_vs_reference(in, device_.download(*r->out), row.config);
-      expect_close(row, r->m.algo == Algo::naive ? "naive" : "flash", tol);
+    for (Runner& r : runners) {
+      r.m.checked_against = "reference";
+      r.m.max_abs_diff = diff_vs_reference(in, device_.download(*r.out), r.config);
+      expect_close(r.config, r.m);
     }
   }
 
-  static void expect_close(const BenchRow& row, const char* what, double tol) {
-    if (row.max_abs_diff <= tol) return;  // false for NaN too
+  static void expect_close(const BenchConfig& c, const Measurement& m) {
+    const double tol = tolerance(c.dtype);
+    if (m.max_abs_diff <= tol) return;  // false for NaN too
     throw std::runtime_error(
         format("N=%lld: the %s output differs from %s by %.3g (tolerance %.3g); no timing reported",
-               static_cast<long long>(row.config.seqlen), what, row.checked_against.c_str(),
-               row.max_abs_diff, tol));
+               static_cast<long long>(c.seqlen), algo_label(m.algo), m.checked_against.c_str(),
+               m.max_abs_diff, tol));
   }
 
   const BenchOptions& opts_;
@@ -237,6 +248,7 @@ int run_bench(const BenchOptions& o) {
   }
   BenchReport report;
   report.device = device->name();
+  report.requested = o.algos;
   if (device->is_cpu()) report.sgemm = measure_sgemm();
   report.sgemm_absent =
       device->is_cpu() ? "built without OpenBLAS" : "the CPU yardstick, not for a GPU";

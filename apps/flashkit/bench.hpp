@@ -30,23 +30,41 @@ struct Measurement {
   double gflops = 0.0;
   double bytes_modelled = 0.0;  // the cost model's memory traffic
   int repeats = 0;
+  double max_abs_diff = 0.0;
+  std::string checked_against;  // "naive" or "reference" (a slice of rows, fp64 oracle); empty
+                                // for naive when the others were checked against it
 };
+
+// The algorithms of the lineage, in the table's order: naive first (the baseline of the
+// speedups and of the checks), flash (fa2) last.
+inline const std::vector<Algo>& lineage_algos() {
+  static const std::vector<Algo> algos{Algo::naive, Algo::fa1, Algo::fa2};
+  return algos;
+}
+
+// The table's name of an algorithm: "naive", "fa1", and "flash" for fa2.
+inline const char* algo_label(Algo algo) {
+  return algo == Algo::fa2 ? "flash" : algo_name(algo);
+}
 
 struct BenchRow {
   BenchConfig config;
-  Measurement naive, flash;
-  double max_abs_diff = 0.0;
-  std::string checked_against;  // "naive" or "reference" (a slice of rows, fp64 oracle)
+  std::vector<Measurement> runs;  // one per lineage_algos(), requested or not
+
+  const Measurement& naive() const { return runs.front(); }
+  const Measurement& flash() const { return runs.back(); }
 };
 
 struct BenchReport {
   std::string device;
   std::optional<SgemmRate> sgemm;
-  std::string sgemm_absent;  // why sgemm was not measured
+  std::string sgemm_absent;     // why sgemm was not measured
+  std::vector<Algo> requested;  // --algo
   std::vector<BenchRow> rows;
 };
 
-// The console table, streamed one row at a time.
+// The console table, streamed one row at a time; its columns are those of the requested
+// algorithms (naive and flash always).
 void print_bench_header(const BenchReport& report, const BenchConfig& sweep, int repeats);
 void print_bench_row(const BenchReport& report, const BenchRow& row, const BenchConfig& sweep);
 // BENCH.md's schema, suite "lineage".

@@ -1,8 +1,12 @@
 // The lineage bench's console table and JSON file.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <functional>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "bench.hpp"
 #include "flashkit/info.hpp"
@@ -13,7 +17,12 @@ namespace flashkit::app {
 
 namespace {
 
-const char* kColumns = "%8s %14s %10s %8s %13s %13s %7s %13s %13s %11s %9s %s\n";
+// A column of the table: its heading, width and cell.
+struct Column {
+  std::string heading;
+  int width;
+  std::function<std::string(const BenchReport&, const BenchRow&)> cell;
+};
 
 std::string ms_cell(const Measurement& m) {
   if (!m.requested) return "-";
@@ -44,10 +53,85 @@ std::string utc_now() {
   return text;
 }
 
+const Measurement& of(const BenchRow& row, Algo algo) {
+  for (const Measurement& m : row.runs) {
+    if (m.algo == algo) return m;
+  }
+  throw std::logic_error("a bench row without every lineage algorithm");
+}
+
+std::string speedup_cell(const Measurement& naive, const Measurement& m) {
+  return ran(naive) && ran(m) ? format("%.2fx", naive.ms / m.ms) : "-";
+}
+
+// The check of the last checked algorithm (flash's, when it ran).
+std::string check_cell(const BenchRow& row) {
+  const Measurement* shown = nullptr;
+  for (const Measurement& m : row.runs) {
+    if (!m.checked_against.empty()) shown = &m;
+  }
+  if (shown == nullptr) return "-";
+  return format("%.1e vs %s", shown->max_abs_diff, shown->checked_against.c_str());
+}
+
+// The table: N; ms, speedup over naive, modelled traffic and GFLOP/s of each shown algorithm;
+// flash's share of sgemm; the largest difference of the row's check.
+std::vector<Column> table_columns(const std::vector<Algo>& requested) {
+  std::vector<Algo> shown;
+  for (const Algo a : lineage_algos()) {
+    const bool named = std::find(requested.begin(), requested.end(), a) != requested.end();
+    if (a != Algo::fa1 || named) shown.push_back(a);  // naive and flash always
+  }
+  std::vector<Column> cols;
+  cols.push_back({"N", 8, nullptr});  // filled by print_bench_row (it knows the sweep)
+  for (const Algo a : shown) {
+    cols.push_back({std::string(algo_label(a)) + " ms", 13,
+                    [a](const BenchReport&, const BenchRow& r) { return ms_cell(of(r, a)); }});
+  }
+  for (const Algo a : shown) {
+    if (a == Algo::naive) continue;
+    const std::string heading =
+        shown.size() > 2 ? std::string(algo_label(a)) + " speedup" : "speedup";
+    cols.push_back({heading, int(heading.size()), [a](const BenchReport&, const BenchRow& r) {
+                      return speedup_cell(r.naive(), of(r, a));
+                    }});
+  }
+  for (const Algo a : shown) {
+    cols.push_back(
+        {std::string(algo_label(a)) + " traffic", 13, [a](const BenchReport&, const BenchRow& r) {
+           return human_bytes(of(r, a).bytes_modelled);
+         }});
+  }
+  cols.push_back({"ratio", 7, [](const BenchReport&, const BenchRow& r) {
+                    return format("%.0fx", r.naive().bytes_modelled / r.flash().bytes_modelled);
+                  }});
+  for (const Algo a : shown) {
+    cols.push_back({std::string(algo_label(a)) + " GFLOP/s", 13,
+                    [a](const BenchReport&, const BenchRow& r) { return gflops_cell(of(r, a)); }});
+  }
+  cols.push_back({"flash/sgemm", 11, [](const BenchReport& report, const BenchRow& r) {
+                    return ran(r.flash()) && report.sgemm
+                               ? format("%.1f%%", 100.0 * r.flash().gflops / report.sgemm->gflops)
+                               : std::string("-");
+                  }});
+  cols.push_back(
+      {"max|diff|", 19, [](const BenchReport&, const BenchRow& r) { return check_cell(r); }});
+  return cols;
+}
+
+void print_cells(const std::vector<Column>& cols, const std::vector<std::string>& cells) {
+  std::string line;
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    line += format("%*s ", std::max(cols[i].width, int(cols[i].heading.size())), cells[i].c_str());
+  }
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  std::printf("%s\n", line.c_str());
+}
+
 void write_row(JsonWriter& j, const BenchRow& row, const Measurement& m) {
   const BenchConfig& c = row.config;
   j.begin_object();
-  j.key("impl").value(m.algo == Algo::naive ? "flashkit-naive" : "flashkit-fa2");
+  j.key("impl").value(std::string("flashkit-") + algo_name(m.algo));
   j.key("config").begin_object();
   j.key("dtype").value(dtype_name(c.dtype));
   j.key("d").value(c.head_dim);
@@ -62,8 +146,10 @@ void write_row(JsonWriter& j, const BenchRow& row, const Measurement& m) {
     j.key("ms").value(m.ms);
     j.key("gflops").value(m.gflops);
     j.key("repeats").value(std::int64_t(m.repeats));
-    j.key("max_abs_diff").value(row.max_abs_diff);
-    j.key("checked_against").value(row.checked_against);
+    if (!m.checked_against.empty()) {
+      j.key("max_abs_diff").value(m.max_abs_diff);
+      j.key("checked_against").value(m.checked_against);
+    }
   }
   j.key("bytes_modelled").value(m.bytes_modelled);
   j.end_object();
@@ -74,8 +160,8 @@ void write_row(JsonWriter& j, const BenchRow& row, const Measurement& m) {
 void print_bench_header(const BenchReport& report, const BenchConfig& sweep, int repeats) {
   std::printf("flashkit %s lineage bench on %s\n", version(), report.device.c_str());
   std::printf(
-      "d=%lld %s batch=%lld heads=%lld %s; naive = S and P materialised (fp32), "
-      "flash = fa2, tiled online softmax\n",
+      "d=%lld %s batch=%lld heads=%lld %s; naive = S and P materialised (fp32), fa1 = KV blocks "
+      "outer, state through memory, flash = fa2, tiled online softmax\n",
       static_cast<long long>(sweep.head_dim), dtype_name(sweep.dtype),
       static_cast<long long>(sweep.batch), static_cast<long long>(sweep.heads),
       sweep.causal ? "causal" : "non-causal");
@@ -94,27 +180,19 @@ void print_bench_header(const BenchReport& report, const BenchConfig& sweep, int
     std::printf("time: warm-up, then the median of 3-20 runs (about 4 s each); ");
   }
   std::printf("traffic: the cost model's bytes, not measured\n\n");
-  std::printf(kColumns, "N", "naive ms", "flash ms", "speedup", "naive traffic", "flash traffic",
-              "ratio", "naive GFLOP/s", "flash GFLOP/s", "flash/sgemm", "max|diff|", "");
+  const std::vector<Column> cols = table_columns(report.requested);
+  std::vector<std::string> headings;
+  for (const Column& c : cols) headings.push_back(c.heading);
+  print_cells(cols, headings);
   std::fflush(stdout);
 }
 
 void print_bench_row(const BenchReport& report, const BenchRow& row, const BenchConfig& sweep) {
-  const Measurement &naive = row.naive, &flash = row.flash;
-  const bool both = ran(naive) && ran(flash);
-  const std::string n = format("%lld%s", static_cast<long long>(row.config.seqlen),
-                               differs(row.config, sweep) ? "*" : "");
-  const std::string sgemm_share =
-      ran(flash) && report.sgemm ? format("%.1f%%", 100.0 * flash.gflops / report.sgemm->gflops)
-                                 : "-";
-  const bool checked = !row.checked_against.empty();
-  std::printf(kColumns, n.c_str(), ms_cell(naive).c_str(), ms_cell(flash).c_str(),
-              both ? format("%.2fx", naive.ms / flash.ms).c_str() : "-",
-              human_bytes(naive.bytes_modelled).c_str(), human_bytes(flash.bytes_modelled).c_str(),
-              format("%.0fx", naive.bytes_modelled / flash.bytes_modelled).c_str(),
-              gflops_cell(naive).c_str(), gflops_cell(flash).c_str(), sgemm_share.c_str(),
-              checked ? format("%.1e", row.max_abs_diff).c_str() : "-",
-              checked ? ("vs " + row.checked_against).c_str() : "");
+  std::vector<std::string> cells{format("%lld%s", static_cast<long long>(row.config.seqlen),
+                                        differs(row.config, sweep) ? "*" : "")};
+  const std::vector<Column> cols = table_columns(report.requested);
+  for (std::size_t i = 1; i < cols.size(); ++i) cells.push_back(cols[i].cell(report, row));
+  print_cells(cols, cells);
   if (differs(row.config, sweep)) {
     std::printf("%8s batch=%lld heads=%lld\n", "*", static_cast<long long>(row.config.batch),
                 static_cast<long long>(row.config.heads));
@@ -143,8 +221,8 @@ void write_bench_json(const BenchReport& report, std::ostream& file) {
   j.end_object();
   j.key("rows").begin_array();
   for (const BenchRow& row : report.rows) {
-    for (const Measurement* m : {&row.naive, &row.flash}) {
-      if (m->requested) write_row(j, row, *m);
+    for (const Measurement& m : row.runs) {
+      if (m.requested) write_row(j, row, m);
     }
   }
   j.end_array();

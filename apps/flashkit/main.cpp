@@ -28,7 +28,7 @@ commands:
   serve-sim  simulate a decode server's paged KV cache with radix prefix reuse
 
 bench options:
-  --algo LIST    algorithms: naive, fa2 (default naive,fa2)
+  --algo LIST    algorithms: naive, fa1 (CUDA only), fa2 (default naive,fa2)
   --n LIST       sequence lengths, e.g. 512,1024 (default 512,1024,2048,4096,8192
                  and a flash-only 65536 with one head)
   --d D          head dim (default 64)
@@ -81,8 +81,9 @@ std::int64_t parse_count(const std::string& option, const std::string& text, std
 
 Algo parse_algo(const std::string& text) {
   if (text == "naive") return Algo::naive;
+  if (text == "fa1") return Algo::fa1;
   if (text == "fa2") return Algo::fa2;
-  throw UsageError("--algo: expected naive or fa2, got '" + text + "'");
+  throw UsageError("--algo: expected naive, fa1 or fa2, got '" + text + "'");
 }
 
 DType parse_dtype(const std::string& text) {

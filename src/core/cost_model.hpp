@@ -37,6 +37,22 @@ inline double naive_forward_bytes(const AttentionSize& s, double elem_bytes, dou
   return scores + flash_forward_bytes(s, elem_bytes);
 }
 
+// Keys per block of the FA1 kernel (cuda/lineage/fa1.cu), which sets how often its loop order
+// sends the query rows' state through memory.
+constexpr int kFa1KeyBlock = 16;
+
+// The FA1 loop order (KV blocks outer, query blocks inner): K and V read once; for every key
+// block each query row reads Q and its fp32 state (O, m, l) and writes the state back (the kernel
+// skips no block, causal or not); the state is zeroed first, then read once more to write O.
+inline double fa1_forward_bytes(const AttentionSize& s, double elem_bytes) {
+  const double key_blocks = double((s.seqlen_k + kFa1KeyBlock - 1) / kFa1KeyBlock);
+  const double d = double(s.head_dim), state_bytes = (d + 2.0) * 4.0;  // O, m, l in fp32
+  const double per_head = 2.0 * double(s.seqlen_k) * d * elem_bytes +
+                          double(s.seqlen_q) * (2.0 * state_bytes + d * elem_bytes) +
+                          key_blocks * double(s.seqlen_q) * (d * elem_bytes + 2.0 * state_bytes);
+  return double(s.batch) * double(s.heads) * per_head;
+}
+
 // Memory the naive forward holds at once: S and P for every (batch, head).
 inline double naive_workspace_bytes(const AttentionSize& s, double score_bytes) {
   return 2.0 * double(s.batch) * double(s.heads) * double(s.seqlen_q) * double(s.seqlen_k) *

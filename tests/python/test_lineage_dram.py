@@ -58,21 +58,23 @@ def test_bench_command_repeats_one_row_alone():
         "fk", "bench", "--device", "cuda", "--algo", "naive", "--n", "4096", "--d", "64",
         "--heads", "1", "--batch", "1", "--dtype", "bf16", "--repeats", "1"]
     assert lineage_dram.bench_command("fk", row("flashkit-fa2", 512, causal=True))[-1] == "--causal"
+    assert lineage_dram.bench_command("fk", row("flashkit-fa1", 512))[5] == "fa1"
 
 
 def test_annotate_adds_measured_bytes_and_their_ratio():
     skipped = dict(row("flashkit-naive", 131072), skipped="needs 128.0 GiB")
-    doc = {"rows": [row("flashkit-naive", 1024), row("flashkit-fa2", 1024),
+    doc = {"rows": [row("flashkit-naive", 1024), row("flashkit-fa1", 512), row("flashkit-fa2", 1024),
                     {"impl": "flashkit-fa2", "config": {}}, skipped]}
     measured = []
 
     def measure(r):
         measured.append(r["config"]["n"])
-        return 1500.0 if r["impl"] == "flashkit-naive" else 900.0
+        return {"flashkit-naive": 1500.0, "flashkit-fa1": 2000.0}.get(r["impl"], 900.0)
 
     lineage_dram.annotate(doc, measure)
-    naive, fa2, unmodelled, skipped = doc["rows"]
-    assert measured == [1024, 1024]  # neither the unmodelled nor the skipped row re-ran
+    naive, fa1, fa2, unmodelled, skipped = doc["rows"]
+    assert measured == [1024, 512, 1024]  # neither the unmodelled nor the skipped row re-ran
+    assert (fa1["bytes_measured"], fa1["measured_over_modelled"]) == (2000.0, 2.0)
     assert (naive["bytes_measured"], naive["measured_over_modelled"]) == (1500.0, 1.5)
     assert (fa2["bytes_measured"], fa2["measured_over_modelled"]) == (900.0, 0.9)
     assert "bytes_measured" not in unmodelled and "bytes_measured" not in skipped

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/cost_model.hpp"
 #include "core/softmax_state.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dtype.cuh"
@@ -18,8 +19,8 @@ namespace flashkit::cuda {
 
 namespace {
 
-constexpr int kBr = 16;  // query rows per block
-constexpr int kBc = 16;  // keys per block
+constexpr int kBr = 16;                  // query rows per block
+constexpr int kBc = core::kFa1KeyBlock;  // keys per block (the cost model counts them)
 constexpr int kThreads = kBr * kBc;
 constexpr int kWarps = kThreads / 32;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
