@@ -37,6 +37,10 @@ constexpr int kMaxRepeats = 20;
 // until N is far larger); timed runs report when the warm-up took longer than kLongRunMs.
 constexpr double kLongRunFlops = 5e10;
 constexpr double kLongRunMs = 1000.0;
+// FA1 runs one CTA per (sequence, head), at ~8 GFLOP/s on the H200 (fp32 FMAs of one SM): past
+// this many FLOPs per head a run takes over 12 s (N = 16384 at d = 64 is 6.9e10, 8.7 s; 131072
+// would be 9 minutes), so such rows skip it.
+constexpr double kFa1MaxFlopsPerHead = 1e11;
 // Query rows the fp64 oracle checks when naive did not run (the oracle is slow on long rows).
 constexpr std::int64_t kSliceRows = 16;
 
@@ -141,8 +145,12 @@ class Sweep {
     m.requested = std::count(opts_.algos.begin(), opts_.algos.end(), algo) > 0;
     const core::AttentionSize size = c.size();
     const double elem = double(dtype_size(c.dtype));
-    if (algo == Algo::fa1 && device_.is_cpu()) {
-      m.skipped = "CUDA only";  // the CPU backend has no FA1 kernel
+    if (algo == Algo::fa1) {
+      if (core::forward_flops(size) / double(c.batch * c.heads) > kFa1MaxFlopsPerHead) {
+        m.skipped = "> 1e11 FLOP/head";
+      } else if (device_.is_cpu()) {
+        m.skipped = "CUDA only";  // the CPU backend has no FA1 kernel
+      }
     }
     if (algo == Algo::naive) {
       // S and P in fp32, whatever the input dtype.
@@ -158,8 +166,6 @@ class Sweep {
       }
     } else if (algo == Algo::fa1) {
       m.bytes_modelled = core::fa1_forward_bytes(size, elem);
-      // One CTA per (sequence, head): minutes for the flash-only row's 4 x 65536^2 x d FLOPs.
-      if (flash_only && m.skipped.empty()) m.skipped = "flash-only row";
     } else {
       m.bytes_modelled = core::flash_forward_bytes(size, elem);
     }
