@@ -6,6 +6,7 @@
 #include "flashkit/error.hpp"
 #include "flashkit/info.hpp"
 #include "flashkit/kv_cache.hpp"
+#include "flashkit/memory.hpp"
 #include "flashkit/paged.hpp"
 #include "flashkit/radix_cache.hpp"
 #include "flashkit/tensor.hpp"

@@ -35,6 +35,19 @@ def info() -> dict:
     }
 
 
+def scratch_memory() -> dict:
+    """The device memory flashkit's scratch pools hold ({"reserved_bytes", "keep_bytes"}): each
+    CUDA device keeps up to keep_bytes of freed scratch (S and P of the lineage kernels, split
+    states, the backward's dQ accumulator) across synchronisations, outside torch's allocator."""
+    return _flashkit.scratch_memory()
+
+
+def release_scratch_memory() -> None:
+    """Hands the kept scratch memory back to the driver (synchronise flashkit's streams first);
+    the next call that needs scratch allocates it again."""
+    _flashkit.release_scratch_memory()
+
+
 __all__ = [
     "FlashkitError",
     "KVCacheManager",
@@ -49,4 +62,6 @@ __all__ = [
     "merge_states",
     "paged_attention",
     "plan_paged_split",
+    "release_scratch_memory",
+    "scratch_memory",
 ]

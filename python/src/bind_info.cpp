@@ -1,8 +1,10 @@
-// version, build_info and devices as plain Python values (str, dict, list of dicts).
+// version, build_info, devices and scratch_memory as plain Python values (str, dict, list of
+// dicts), and release_scratch_memory.
 #include <nanobind/stl/string.h>
 
 #include "bindings.hpp"
 #include "flashkit/info.hpp"
+#include "flashkit/memory.hpp"
 
 namespace nb = nanobind;
 
@@ -31,6 +33,14 @@ void bind_info(nb::module_& m) {
     }
     return out;
   });
+  m.def("scratch_memory", [] {
+    const ScratchMemory mem = flashkit::scratch_memory();
+    nb::dict d;
+    d["reserved_bytes"] = mem.reserved_bytes;
+    d["keep_bytes"] = mem.keep_bytes;
+    return d;
+  });
+  m.def("release_scratch_memory", [] { flashkit::release_scratch_memory(); });
 }
 
 }  // namespace flashkit::python

@@ -78,5 +78,15 @@ TEST(Info, BuildAndDevices) {
   EXPECT_EQ(devs.front().backend, "cpu");
 }
 
+// Before any CUDA call needed scratch (always, in a process that ran none) nothing is reserved,
+// and releasing is a no-op; a CUDA build keeps up to 1 GiB per device (tests/gpu/test_scratch_pool
+// checks the pool itself).
+TEST(Info, ScratchMemoryBeforeAnyCall) {
+  EXPECT_EQ(scratch_memory().reserved_bytes, 0u);
+  release_scratch_memory();
+  EXPECT_EQ(scratch_memory().reserved_bytes, 0u);
+  EXPECT_EQ(scratch_memory().keep_bytes, build_info().cuda ? std::uint64_t(1) << 30 : 0u);
+}
+
 }  // namespace
 }  // namespace flashkit

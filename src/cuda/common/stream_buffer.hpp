@@ -4,11 +4,12 @@
 // the kernels that use it, so no sync is needed.
 //
 // The memory comes from flashkit's own pool on the current device, which keeps up to
-// kScratchKeepBytes of freed memory across synchronisations. The device's default pool keeps none
-// (release threshold 0), so a caller that synchronises after each call (the flashkit command's
-// bench does) would have every call map its scratch afresh. Measured on the H200, one head, N =
-// 512: the fp32 forward took 0.088 ms from the default pool and 0.050 ms from this one, naive
-// bf16 0.112 and 0.045 ms (docs/kernels/cuda_fp32_fwd.md, v3).
+// kScratchKeepBytesPerDevice (cuda_backend.hpp; flashkit::scratch_memory reports it,
+// flashkit::release_scratch_memory hands it back) of freed memory across synchronisations. The
+// device's default pool keeps none (release threshold 0), so a caller that synchronises after each
+// call (the flashkit command's bench does) would have every call map its scratch afresh. Measured
+// on the H200, one head, N = 512: the fp32 forward took 0.088 ms from the default pool and 0.050 ms
+// from this one, naive bf16 0.112 and 0.045 ms (docs/kernels/cuda_fp32_fwd.md, v3).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,10 +18,9 @@
 #include <cstdint>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/cuda_backend.hpp"
 
 namespace flashkit::cuda {
-
-constexpr std::uint64_t kScratchKeepBytes = std::uint64_t(1) << 30;  // 1 GiB
 
 // flashkit's scratch pool on the current device, created on first use (thread-safe).
 cudaMemPool_t scratch_pool();
