@@ -1,7 +1,7 @@
 // The paged entry points: plan the key split, validate, hand the call to the tensors' backend.
-#include <algorithm>
 #include <string>
 
+#include "core/key_splits.hpp"
 #include "core/validate.hpp"
 #include "cpu/paged_backend.hpp"
 #include "cpu/parallel.hpp"
@@ -23,8 +23,6 @@ namespace {
 constexpr std::int64_t kMinKeysPerSplit = 256;
 // More splits only grow the workspace and stage 2: 64 already fills 132 SMs from one KV head.
 constexpr std::int64_t kMaxSplits = 64;
-// Tasks per processor to aim for: with two waves a task that runs long is absorbed by the rest.
-constexpr std::int64_t kWaves = 2;
 
 void expect_at_least(const char* name, std::int64_t value, std::int64_t least) {
   if (value < least) {
@@ -69,13 +67,8 @@ PagedSplitPlan plan_paged_split(std::int64_t batch, std::int64_t q_len, std::int
   expect_at_least("processors", processors, 1);
   // Unsplit, one task per (sequence, KV head) with its whole query group; split when that leaves
   // processors idle, as far as every split keeps kMinKeysPerSplit keys.
-  const std::int64_t tasks = batch * heads_kv;
-  std::int64_t splits = 1;
-  if (tasks > 0 && tasks < kWaves * processors) {
-    const std::int64_t want = (kWaves * processors + tasks - 1) / tasks;
-    splits =
-        std::max<std::int64_t>(1, std::min({want, max_seq_len / kMinKeysPerSplit, kMaxSplits}));
-  }
+  const std::int64_t splits =
+      core::key_splits(batch * heads_kv, processors, max_seq_len, kMinKeysPerSplit, kMaxSplits);
   return {int(splits), paged_workspace_elems(splits, batch * q_len, heads_q, head_dim_v)};
 }
 

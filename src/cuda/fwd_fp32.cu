@@ -18,10 +18,10 @@
 // partials with warp_merge, the merge of merge_states and the paged decode.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 
+#include "core/key_splits.hpp"
 #include "core/softmax_state.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/dtype.cuh"
@@ -41,11 +41,11 @@ constexpr int kThreads = 256;       // 16 x 16, see above
 constexpr int kQPitch = kRows + 4;  // Q^T and P^T rows: float4-aligned
 constexpr int kKPitch = kKeys + 1;  // K^T rows: the transposing stores hit 32 different banks
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// Key splits: up to 16 (warp_merge's 16-state round), each at least 4 blocks (128 keys) long, for
-// about 2 CTAs per SM (the d <= 128 kernels fit 2-3 per SM by registers and shared memory).
+// Key splits (core::key_splits, for about 2 CTAs per SM; the d <= 128 kernels fit 2-3 per SM by
+// registers and shared memory): up to 16 (warp_merge's 16-state round), each at least 4 blocks
+// (128 keys) long.
 constexpr int kMaxSplits = 16;
-constexpr int kMinBlocksPerSplit = 4;
-constexpr int kCtasPerSm = 2;
+constexpr int kMinKeysPerSplit = 4 * kKeys;
 
 // Where split CTAs put their partial states: row ((s * batch + b) * seqlen_q + i) * heads_q + h
 // of split s holds o (kD floats, normalised; columns past d_v are 0) and lse (natural log, -inf
@@ -253,14 +253,6 @@ __global__ void __launch_bounds__(128) merge_kernel(const FwdParams p, const Spl
   }
 }
 
-// Key splits for a grid of `ctas` CTAs over at most `kv_blocks` blocks per tile.
-int key_splits(std::int64_t ctas, int kv_blocks, int sm_count) {
-  if (ctas >= std::int64_t(sm_count) * kCtasPerSm) return 1;
-  const std::int64_t want = (std::int64_t(sm_count) * kCtasPerSm + ctas - 1) / ctas;
-  return int(std::max<std::int64_t>(
-      1, std::min<std::int64_t>({want, kv_blocks / kMinBlocksPerSplit, kMaxSplits})));
-}
-
 // The smallest compiled head-dim bucket that holds d and d_v; 0 when none does.
 int fp32_bucket(int head_dim, int head_dim_v) {
   const int dim = head_dim > head_dim_v ? head_dim : head_dim_v;
@@ -291,8 +283,8 @@ void launch(const FwdParams& p, int sm_count, cudaStream_t stream) {
       "fwd_fp32_kernel shared memory");
   const int tiles = (p.seqlen_q + kRows - 1) / kRows;
   const std::int64_t rows = std::int64_t(p.batch) * p.seqlen_q * p.heads_q;
-  SplitStates split{key_splits(std::int64_t(tiles) * p.heads_q * p.batch,
-                               (p.seqlen_k + kKeys - 1) / kKeys, sm_count),
+  SplitStates split{int(core::key_splits(std::int64_t(tiles) * p.heads_q * p.batch, sm_count,
+                                         p.seqlen_k, kMinKeysPerSplit, kMaxSplits)),
                     nullptr, nullptr};
   const StreamBuffer workspace(
       split.splits > 1 ? std::size_t(split.splits) * rows * (kD + 1) * sizeof(float) : 0, stream);
