@@ -10,12 +10,10 @@
 
 #include "core/validate.hpp"
 #include "cuda/common/cuda_check.hpp"
-#include "cuda/common/dependent_launch.hpp"
 #include "cuda/common/device.hpp"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/warp_merge.cuh"
 #include "cuda/cuda_backend.hpp"
-#include "cuda/ptx/grid_dependency.cuh"
 
 namespace flashkit::cuda {
 
@@ -42,9 +40,6 @@ constexpr int kWideRound = 32;
 // the unrolled loads).
 template <class State, int kRound, int kVec>
 __global__ void __launch_bounds__(32 * kWarps) merge_kernel(const __grid_constant__ MergeParams p) {
-  // Launched overlapping the kernel before it (the cascade's suffix level, which produced one of
-  // the states): nothing is read or written before that kernel has finished.
-  ptx::wait_for_prior_grid();
   const std::int64_t item = std::int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (item >= std::int64_t(p.tokens) * p.heads * p.chunks) return;  // warp-uniform
   const std::int64_t pair = item / p.chunks;
@@ -78,12 +73,11 @@ bool four_per_lane(const MergeArgs& args, std::int64_t dim) {
 }
 
 template <class State>
-void launch_merge(MergeParams p, bool vec, cudaStream_t stream, bool overlap) {
+void launch_merge(MergeParams p, bool vec, cudaStream_t stream) {
   const auto launch = [&](auto kernel, int elems_per_lane) {
     p.chunks = (p.dim + 32 * elems_per_lane - 1) / (32 * elems_per_lane);
     const std::int64_t items = std::int64_t(p.tokens) * p.heads * p.chunks;
-    launch_overlapping(kernel, dim3(unsigned((items + kWarps - 1) / kWarps)), dim3(32 * kWarps), 0,
-                       stream, overlap, "merge_states kernel", p);
+    kernel<<<unsigned((items + kWarps - 1) / kWarps), 32 * kWarps, 0, stream>>>(p);
   };
   with_merge_round<kWideRound>(p.states, [&](auto round) {
     constexpr int kRound = decltype(round)::value;
@@ -97,7 +91,7 @@ void launch_merge(MergeParams p, bool vec, cudaStream_t stream, bool overlap) {
 }  // namespace
 
 void merge(const MergeArgs& args, const core::MergeDims& dims) {
-  const int capability = current_device_capability("states_o", args.states_o.device());
+  current_device_capability("states_o", args.states_o.device());
   core::expect_dtype_in("states_o", args.states_o, {DType::f32, DType::f16, DType::bf16});
   core::expect_dtype_in("out", args.out, {DType::f32, DType::f16, DType::bf16});
   MergeParams p{};
@@ -128,18 +122,18 @@ void merge(const MergeArgs& args, const core::MergeDims& dims) {
   }
   const bool vec = four_per_lane(args, dims.head_dim);
   const auto stream = static_cast<cudaStream_t>(args.stream);
-  const bool overlap = dependent_launch_enabled(capability);
   switch (p.in_dtype) {
     case DType::f16:
-      launch_merge<__half>(p, vec, stream, overlap);
+      launch_merge<__half>(p, vec, stream);
       break;
     case DType::bf16:
-      launch_merge<__nv_bfloat16>(p, vec, stream, overlap);
+      launch_merge<__nv_bfloat16>(p, vec, stream);
       break;
     default:
-      launch_merge<float>(p, vec, stream, overlap);
+      launch_merge<float>(p, vec, stream);
       break;
   }
+  check_launch("merge_states kernel");
 }
 
 }  // namespace flashkit::cuda

@@ -9,7 +9,6 @@
 #include "cuda/decode/decode_mainloop.cuh"
 #include "cuda/decode/decode_params.hpp"
 #include "cuda/decode/decode_shape.cuh"
-#include "cuda/ptx/grid_dependency.cuh"
 
 namespace flashkit::cuda::decode {
 
@@ -18,7 +17,6 @@ __global__ void __launch_bounds__(DecodeShape<KvElem, kHeadDim, kRows>::kThreads
                                   DecodeShape<KvElem, kHeadDim, kRows>::kMinBlocks)
     paged_decode_kernel(const __grid_constant__ PagedParams p) {
   using Shape = DecodeShape<KvElem, kHeadDim, kRows>;
-  ptx::launch_dependents();  // the split merge may be scheduled now; it waits for this grid
   const DecodeCta c = decode_cta<kRows, Shape::kStepKeys>(p);
   if (c.rows == 0) return;  // a tile past this sequence's queries (packed batches)
   extern __shared__ __align__(16) unsigned char smem[];  // Shape::kSmemBytes

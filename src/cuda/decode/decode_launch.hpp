@@ -12,8 +12,7 @@ namespace flashkit::cuda::decode {
 template <class KvElem>
 void launch_decode(const PagedParams& p, cudaStream_t stream);
 
-// Stage 2 of v2: merges p.num_splits partial states from the workspace into out and lse. With
-// `overlap` it is launched to overlap stage 1's tail (common/dependent_launch.hpp).
-void launch_split_combine(const PagedParams& p, cudaStream_t stream, bool overlap);
+// Stage 2 of v2: merges p.num_splits partial states from the workspace into out and lse.
+void launch_split_combine(const PagedParams& p, cudaStream_t stream);
 
 }  // namespace flashkit::cuda::decode

@@ -8,7 +8,6 @@
 #include "cuda/decode/mma_epilogue.cuh"
 #include "cuda/decode/mma_mainloop.cuh"
 #include "cuda/decode/mma_shape.cuh"
-#include "cuda/ptx/grid_dependency.cuh"
 
 namespace flashkit::cuda::decode {
 
@@ -17,7 +16,6 @@ __global__ void __launch_bounds__(MmaShape<KvElem, kHeadDim, kWarps>::kThreads,
                                   MmaShape<KvElem, kHeadDim, kWarps>::kMinBlocks)
     paged_decode_mma_kernel(const __grid_constant__ PagedParams p) {
   using Shape = MmaShape<KvElem, kHeadDim, kWarps>;
-  ptx::launch_dependents();  // the split merge may be scheduled now; it waits for this grid
   const DecodeCta c = decode_cta<Shape::kRowsPerCta, Shape::kStepKeys>(p);
   if (c.rows == 0) return;  // a tile past this sequence's queries (packed batches)
   extern __shared__ __align__(16) unsigned char smem[];  // Shape::kSmemBytes

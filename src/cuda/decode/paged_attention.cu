@@ -15,7 +15,6 @@
 #include "core/softmax_state.hpp"
 #include "core/validate.hpp"
 #include "cuda/common/cuda_check.hpp"
-#include "cuda/common/dependent_launch.hpp"
 #include "cuda/common/device.hpp"
 #include "cuda/decode/decode_backend.hpp"
 #include "cuda/decode/decode_launch.hpp"
@@ -257,9 +256,7 @@ void paged_attention(const PagedAttentionArgs& args, const core::PagedDims& dims
       decode::launch_decode<__nv_fp8_e4m3>(p, stream);
       break;
   }
-  if (p.num_splits > 1) {
-    decode::launch_split_combine(p, stream, dependent_launch_enabled(capability));
-  }
+  if (p.num_splits > 1) decode::launch_split_combine(p, stream);
 }
 
 }  // namespace flashkit::cuda

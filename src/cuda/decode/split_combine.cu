@@ -9,11 +9,9 @@
 #include <cstdint>
 
 #include "cuda/common/cuda_check.hpp"
-#include "cuda/common/dependent_launch.hpp"
 #include "cuda/common/warp_merge.cuh"
 #include "cuda/decode/decode_launch.hpp"
 #include "cuda/decode/output_store.cuh"
-#include "cuda/ptx/grid_dependency.cuh"
 
 namespace flashkit::cuda::decode {
 
@@ -25,8 +23,6 @@ constexpr int kWideRound = 64;  // the split plan makes at most 64 splits: one r
 template <int kRound, int kVec>
 __global__ void __launch_bounds__(32 * kWarps)
     split_combine_kernel(const __grid_constant__ PagedParams p) {
-  ptx::wait_for_prior_grid();  // stage 1's partial states (launched overlapping it)
-  ptx::launch_dependents();    // a cascade's merge_states may follow
   constexpr int kChunkElems = 32 * kVec;
   const int chunks = (p.head_dim + kChunkElems - 1) / kChunkElems;  // head dims 64, 128, 256
   const std::int64_t item = std::int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
@@ -59,14 +55,13 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 }  // namespace
 
-void launch_split_combine(const PagedParams& p, cudaStream_t stream, bool overlap) {
+void launch_split_combine(const PagedParams& p, cudaStream_t stream) {
   // head_dim is a multiple of 64, so with an aligned base every 4-element run is 16-byte aligned.
   const bool vec = std::uintptr_t(p.ws_o) % 16 == 0;
   const auto launch = [&](auto kernel, int elems_per_lane) {
     const int chunks = (p.head_dim + 32 * elems_per_lane - 1) / (32 * elems_per_lane);
     const std::int64_t items = p.ws_rows * p.heads_q * chunks;
-    launch_overlapping(kernel, dim3(unsigned((items + kWarps - 1) / kWarps)), dim3(32 * kWarps), 0,
-                       stream, overlap, "paged decode split merge kernel", p);
+    kernel<<<unsigned((items + kWarps - 1) / kWarps), 32 * kWarps, 0, stream>>>(p);
   };
   with_merge_round<kWideRound>(p.num_splits, [&](auto round) {
     constexpr int kRound = decltype(round)::value;
@@ -75,6 +70,7 @@ void launch_split_combine(const PagedParams& p, cudaStream_t stream, bool overla
     }
     launch(split_combine_kernel<kWideRound, 1>, 1);
   });
+  check_launch("paged decode split merge kernel");
 }
 
 }  // namespace flashkit::cuda::decode
