@@ -1,9 +1,10 @@
-// The tensor-core decode mainloop (v3): the CTA's warps stream its keys in steps of 16 (warp w
-// takes steps w, w + kWarps, ...). A warp cp.asyncs a step's K and V tiles (and e4m3 scales)
-// into its own stage of a kStages-deep shared-memory ring, kStages - 1 steps ahead, then:
+// The tensor-core decode mainloop (v3): the CTA's warps stream its keys in steps of 16 keys
+// (e4m3: 32, two groups of 16; warp w takes steps w, w + kWarps, ...). A warp cp.asyncs a
+// step's K and V tiles (and e4m3 scales) into its own stage of a kStages-deep shared-memory
+// ring, kStages - 1 steps ahead, then, per 16-key group:
 //   S = Q K^T      2 n tiles x kSlices mma.sync (x2 when q is not the mma type: q = hi + lo)
 //   softmax        lane (g, t) owns query row g, keys 2t, 2t + 1, 2t + 8, 2t + 9: 4 scores,
-//                  a 4-lane max, no other reduction until the end
+//                  a 4-lane max (one per step), no other reduction until the end
 //   O^T += V^T P^T kSlices x 2 mma.sync (p = hi + lo), P straight from the score registers.
 // Per 16 keys of d 128 bf16 that is ~48 mma, 16 ldmatrix and 16 cp.async per warp, where the
 // CUDA-core kernel (decode_mainloop.cuh) issues ~900 instructions: the loop no longer limits
@@ -103,8 +104,12 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
                                                 MmaLane<Shape>& s, unsigned char* smem) {
   using Elem = typename Shape::MmaElem;
   constexpr int kStages = Shape::kStages, kStepKeys = Shape::kStepKeys;
+  constexpr int kGroups = Shape::kKeyGroups;  // 16-key groups per step
   constexpr int kStride = Shape::kWarps * kStepKeys;
   constexpr int kStageBytes = Shape::kStageBytes, kTileBytes = Shape::kTileBytes;
+  // Group g of a tile starts g * kGroupBytes in: swizzle(row + 16, c) = swizzle(row, c) + 16
+  // kChunks.
+  constexpr int kGroupBytes = 16 * Shape::kRowBytes;
   constexpr int kChunkElems = 16 / int(sizeof(KvElem));
   constexpr int kSliceStep = Shape::kFp8 ? 2 : 1;  // k slices (m tiles) per ldmatrix.x4
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -116,19 +121,23 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
   const KvElem* v_head = static_cast<const KvElem*>(p.v_pages) + c.kv_head * p.v_strides.head;
   const std::int32_t* table = p.block_table + c.b * p.table_batch;
   const int shift = p.page_shift, slot_mask = (1 << shift) - 1;
-  // Steps start at multiples of 16 keys, so with pages of >= 16 tokens a step lies in one page:
-  // one block-table read per step (read a step early); smaller pages look each row up.
-  const bool one_page = (1 << shift) >= kStepKeys;
+  // Steps start at multiples of kStepKeys, so with pages of >= 16 tokens each 16-key group of a
+  // step lies in one page: one block-table read per group (read early, below); smaller pages
+  // look each row up.
+  const bool group_pages = (1 << shift) >= 16;
   const bool plain_scores = p.mask.softcap == 0.0f && p.alibi_slopes == nullptr;
   const int lo = int(c.keys.lo), hi = int(c.keys.hi);
   auto page_of = [&](int key) { return __ldg(table + (key >> shift) * p.table_page); };
 
   // This lane's pieces of a step: piece j is row j * kRowsPerPass + lane_row of the tile, chunk
-  // lane_chunk (the same chunk for every j), so with pages of >= 16 tokens the sources of a step
-  // are one 64-bit base plus multiples of one stride. (v3.2 derived every piece's address from
-  // its key: 4 64-bit multiplies and a page-size test per piece pair, ~40 % of the instructions
-  // a warp issued per step; ncu showed the issue rate, not the memory, pacing the loop.)
+  // lane_chunk (the same chunk for every j), so with pages of >= 16 tokens the sources of a
+  // group are one 64-bit base plus multiples of one stride. (v3.2 derived every piece's address
+  // from its key: 4 64-bit multiplies and a page-size test per piece pair, ~40 % of the
+  // instructions a warp issued per step; ncu showed the issue rate, not the memory, pacing the
+  // loop.)
   constexpr int kRowsPerPass = 32 / Shape::kChunks;
+  constexpr int kPiecesPerGroup = 16 / kRowsPerPass;
+  static_assert(16 % kRowsPerPass == 0, "a pass of rows stays inside one 16-key group");
   const int lane_row = lane / Shape::kChunks, lane_chunk = lane % Shape::kChunks;
   const KvElem* k_lane = k_head + lane_row * p.k_strides.slot + lane_chunk * kChunkElems;
   const KvElem* v_lane = v_head + lane_row * p.v_strides.slot + lane_chunk * kChunkElems;
@@ -136,22 +145,27 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
   const std::int64_t v_pass = kRowsPerPass * p.v_strides.slot;
 
   // This lane's pieces of the step at `base` into ring stage `stage` (row-major tiles, swizzled
-  // chunks); rows outside [lo, hi) become zeros without a read (their slots may hold NaN, or
-  // have no page). Only a span's first and last steps have such rows.
-  auto issue = [&](int base, int page, int stage) {
+  // chunks), group g's from page pages[g]; rows outside [lo, hi) become zeros without a read
+  // (their slots may hold NaN, or have no page). Only a span's first and last steps have such
+  // rows.
+  auto issue = [&](int base, const int(&pages)[kGroups], int stage) {
     const std::uint32_t k_tile = ring_addr + stage * kStageBytes, v_tile = k_tile + kTileBytes;
-    if (one_page) {
-      const int slot0 = base & slot_mask;
-      const KvElem* k_src = k_lane + page * p.k_strides.page + slot0 * p.k_strides.slot;
-      const KvElem* v_src = v_lane + page * p.v_strides.page + slot0 * p.v_strides.slot;
+    if (group_pages) {
       const bool whole = base >= lo && base + kStepKeys <= hi;
 #pragma unroll
-      for (int j = 0; j < Shape::kPiecesPerLane; ++j) {
-        const int row = j * kRowsPerPass + lane_row, key = base + row;
-        const bool valid = whole || (key >= lo && key < hi);
-        const std::uint32_t at = Shape::swizzle(row, lane_chunk) * 16;
-        ptx::cp_async_16(k_tile + at, k_src + j * k_pass, valid);
-        ptx::cp_async_16(v_tile + at, v_src + j * v_pass, valid);
+      for (int g = 0; g < kGroups; ++g) {
+        const int slot0 = (base + 16 * g) & slot_mask;
+        const KvElem* k_src = k_lane + pages[g] * p.k_strides.page + slot0 * p.k_strides.slot;
+        const KvElem* v_src = v_lane + pages[g] * p.v_strides.page + slot0 * p.v_strides.slot;
+#pragma unroll
+        for (int jg = 0; jg < kPiecesPerGroup; ++jg) {
+          const int j = g * kPiecesPerGroup + jg;
+          const int row = j * kRowsPerPass + lane_row, key = base + row;
+          const bool valid = whole || (key >= lo && key < hi);
+          const std::uint32_t at = Shape::swizzle(row, lane_chunk) * 16;
+          ptx::cp_async_16(k_tile + at, k_src + jg * k_pass, valid);
+          ptx::cp_async_16(v_tile + at, v_src + jg * v_pass, valid);
+        }
       }
     } else {  // pages of 1..8 tokens: each row looks its page up
 #pragma unroll
@@ -171,42 +185,53 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
             valid);
       }
     }
-    if constexpr (Shape::kFp8) {  // lanes 0-15: the 16 keys' K scales, lanes 16-31: V scales
-      const int key = base + lane % kStepKeys;
-      const bool valid = key >= lo && key < hi;
-      const int pg = one_page ? page : (valid ? page_of(key) : 0);
-      const float* src = lane < kStepKeys
-                             ? p.k_scale + pg * p.k_scale_page + c.kv_head * p.k_scale_head
-                             : p.v_scale + pg * p.v_scale_page + c.kv_head * p.v_scale_head;
-      cp_async_4(k_tile + 2 * kTileBytes + lane * 4, src, valid);
+    if constexpr (Shape::kFp8) {  // entry i < kStepKeys: key i's K scale; then the V scales
+#pragma unroll
+      for (int i0 = 0; i0 < 2 * kStepKeys; i0 += 32) {
+        const int i = i0 + lane, offset = i % kStepKeys, key = base + offset;
+        const bool valid = key >= lo && key < hi;
+        int pg = pages[0];
+#pragma unroll
+        for (int g = 1; g < kGroups; ++g) pg = offset >= 16 * g ? pages[g] : pg;
+        if (!group_pages) pg = valid ? page_of(key) : 0;
+        const float* src = i < kStepKeys
+                               ? p.k_scale + pg * p.k_scale_page + c.kv_head * p.k_scale_head
+                               : p.v_scale + pg * p.v_scale_page + c.kv_head * p.v_scale_head;
+        cp_async_4(k_tile + 2 * kTileBytes + i * 4, src, valid);
+      }
     }
   };
 
-  // Page ids of the warp's steps (pages of >= 16 tokens: one per step), 32 steps per register:
-  // lane l of `pages_now` holds step window + l's, `pages_next` the 32 after, read 32 steps
-  // before they are needed. (v3.0 read each id one step ahead: under full load that read waits
-  // behind the bulk copies for microseconds, and every step waited for it, bf16 and e4m3 alike.)
+  // Page ids of the warp's steps (pages of >= 16 tokens: one per 16-key group), 32 per
+  // register: lane l of `pages_now` holds group l % kGroups of step window + l / kGroups,
+  // `pages_next` the 32 after, read a register's worth of steps before they are needed. (v3.0
+  // read each id one step ahead: under full load that read waits behind the bulk copies for
+  // microseconds, and every step waited for it, bf16 and e4m3 alike.)
+  constexpr int kWindowSteps = 32 / kGroups;
   const int first = lo / kStepKeys * kStepKeys + warp * kStepKeys;
   auto read_pages = [&](int step0) {
-    const int base = first + (step0 + lane) * kStride;
-    return one_page && base < hi ? page_of(base) : 0;
+    const int base = first + (step0 + lane / kGroups) * kStride + 16 * (lane % kGroups);
+    return group_pages && base < hi ? page_of(base) : 0;
   };
-  int window = 0, pages_now = read_pages(0), pages_next = read_pages(32);
-  auto page_of_step = [&](int step) {  // steps in increasing order, the whole warp
-    if (step >= window + 32) {
-      window += 32;
+  int window = 0, pages_now = read_pages(0), pages_next = read_pages(kWindowSteps);
+  auto pages_of_step = [&](int step, int(&pages)[kGroups]) {  // increasing steps, whole warp
+    if (step >= window + kWindowSteps) {
+      window += kWindowSteps;
       pages_now = pages_next;
-      pages_next = read_pages(window + 32);
+      pages_next = read_pages(window + kWindowSteps);
     }
-    return __shfl_sync(0xffffffffu, pages_now, step - window);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g)
+      pages[g] = __shfl_sync(0xffffffffu, pages_now, (step - window) * kGroups + g);
   };
 
   // Prologue: kStages - 1 steps issued.
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
     const int base = first + k * kStride;
-    const int page = page_of_step(k);
-    if (base < hi) issue(base, page, k);
+    int pages[kGroups];
+    pages_of_step(k, pages);
+    if (base < hi) issue(base, pages, k);
     ptx::cp_async_commit();  // empty groups past the end keep the wait count uniform
   }
   // The queries load while the first steps are in flight (one memory latency, not two).
@@ -218,8 +243,9 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
     // refilled now (computed last iteration), and see this stage's copies after the wait.
     __syncwarp();
     const int ahead = first + ahead_step * kStride;
-    const int ahead_page = page_of_step(ahead_step++);
-    if (ahead < hi) issue(ahead, ahead_page, (stage + kStages - 1) % kStages);
+    int ahead_pages[kGroups];
+    pages_of_step(ahead_step++, ahead_pages);
+    if (ahead < hi) issue(ahead, ahead_pages, (stage + kStages - 1) % kStages);
     ptx::cp_async_commit();
     ptx::cp_async_wait<kStages - 1>();
     __syncwarp();
@@ -228,24 +254,29 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
     [[maybe_unused]] const float* scales =
         reinterpret_cast<const float*>(ring + stage * kStageBytes + 2 * kTileBytes);
 
-    // S = Q K^T, n tiles of keys 0-7 and 8-15; hi and lo in separate accumulators (two chains
-    // of kSlices dependent mma instead of one of 2 kSlices). The lo products are a separate
-    // copy of the loop, not a branch per mma, so that the compiler schedules either freely.
-    float s_hi[2][4] = {}, s_lo[2][4] = {};
+    // S = Q K^T, n tiles of 8 keys (2 per group); hi and lo in separate accumulators (two
+    // chains of kSlices dependent mma instead of one of 2 kSlices). The lo products are a
+    // separate copy of the loop, not a branch per mma, so that the compiler schedules either
+    // freely.
+    constexpr int kTiles = 2 * kGroups;
+    float s_hi[kTiles][4] = {}, s_lo[kTiles][4] = {};
     auto scores = [&](auto with_lo) {
 #pragma unroll
       for (int sl = 0; sl < Shape::kSlices; sl += kSliceStep) {
-        std::uint32_t b[2][2][2];
-        k_fragments<Shape>(k_tile, sl, lane, b);
 #pragma unroll
-        for (int h = 0; h < kSliceStep; ++h) {
-          const std::uint32_t a_hi[4] = {s.q_hi[sl + h][0], 0u, s.q_hi[sl + h][1], 0u};
+        for (int g = 0; g < kGroups; ++g) {
+          std::uint32_t b[2][2][2];
+          k_fragments<Shape>(k_tile + g * kGroupBytes, sl, lane, b);
 #pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            ptx::mma_m16n8k16<Elem>(s_hi[n], a_hi, b[n][h][0], b[n][h][1]);
-            if constexpr (decltype(with_lo)::value) {
-              const std::uint32_t a_lo[4] = {s.q_lo[sl + h][0], 0u, s.q_lo[sl + h][1], 0u};
-              ptx::mma_m16n8k16<Elem>(s_lo[n], a_lo, b[n][h][0], b[n][h][1]);
+          for (int h = 0; h < kSliceStep; ++h) {
+            const std::uint32_t a_hi[4] = {s.q_hi[sl + h][0], 0u, s.q_hi[sl + h][1], 0u};
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+              ptx::mma_m16n8k16<Elem>(s_hi[2 * g + n], a_hi, b[n][h][0], b[n][h][1]);
+              if constexpr (decltype(with_lo)::value) {
+                const std::uint32_t a_lo[4] = {s.q_lo[sl + h][0], 0u, s.q_lo[sl + h][1], 0u};
+                ptx::mma_m16n8k16<Elem>(s_lo[2 * g + n], a_lo, b[n][h][0], b[n][h][1]);
+              }
             }
           }
         }
@@ -257,13 +288,15 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
       scores(std::true_type{});
     }
 
-    // Scores of row g: x[2n + j] is key base + 8n + 2t + j. Inside the span, with no per-key
-    // mask and no score modifier (a decode step's common case), a score is one multiply.
-    float x[4];
+    // Scores of row g: x[2n + j] is key base + 8n + 2t + j (n over the step's 8-key tiles).
+    // Inside the span, with no per-key mask and no score modifier (a decode step's common
+    // case), a score is one multiply.
+    constexpr int kScores = 2 * kTiles;
+    float x[kScores];
     float block_max = kNegInf;
     if (plain_scores && !c.key_mask && base >= lo && base + kStepKeys <= hi) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
+      for (int k = 0; k < kScores; ++k) {
         float dot = s_hi[k / 2][k % 2] + s_lo[k / 2][k % 2];
         if constexpr (Shape::kFp8) dot *= scales[8 * (k / 2) + 2 * t + k % 2];
         x[k] = dot * p.scale_log2;
@@ -271,7 +304,7 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
       }
     } else {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
+      for (int k = 0; k < kScores; ++k) {
         const int offset = 8 * (k / 2) + 2 * t + k % 2, key = base + offset;
         float dot = s_hi[k / 2][k % 2] + s_lo[k / 2][k % 2];
         if constexpr (Shape::kFp8) dot *= scales[offset];  // e4m3 dequantisation, once per score
@@ -287,9 +320,9 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
     const float alpha = s.softmax.absorb_max(block_max);
     // While the row has seen nothing its max is -inf: subtract 0 (exp2(-inf - -inf) is NaN).
     const float m = s.softmax.m == kNegInf ? 0.0f : s.softmax.m;
-    float prob[4], sum = 0.0f;
+    float prob[kScores], sum = 0.0f;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < kScores; ++k) {
       prob[k] = ptx::exp2_approx(x[k] - m);
       sum += prob[k];
     }
@@ -308,23 +341,26 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
       }
     }
 
-    // P^T as B fragments: (keys 2t, 2t + 1) and (2t + 8, 2t + 9) of row g, e4m3 V scales folded
-    // in (one multiply per probability, never per element).
+    // P^T as B fragments, per group: (keys 2t, 2t + 1) and (2t + 8, 2t + 9) of row g, e4m3 V
+    // scales folded in (one multiply per probability, never per element).
     if constexpr (Shape::kFp8) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) prob[k] *= scales[kStepKeys + 8 * (k / 2) + 2 * t + k % 2];
+      for (int k = 0; k < kScores; ++k) prob[k] *= scales[kStepKeys + 8 * (k / 2) + 2 * t + k % 2];
     }
-    std::uint32_t p_hi[2], p_lo[2];
-    split_pack<Elem>(prob[0], prob[1], p_hi[0], p_lo[0]);
-    split_pack<Elem>(prob[2], prob[3], p_hi[1], p_lo[1]);
 #pragma unroll
-    for (int sl = 0; sl < Shape::kSlices; sl += kSliceStep) {
-      std::uint32_t a[2][4];
-      v_fragments<Shape>(v_tile, sl, lane, a);
+    for (int g = 0; g < kGroups; ++g) {
+      std::uint32_t p_hi[2], p_lo[2];
+      split_pack<Elem>(prob[4 * g], prob[4 * g + 1], p_hi[0], p_lo[0]);
+      split_pack<Elem>(prob[4 * g + 2], prob[4 * g + 3], p_hi[1], p_lo[1]);
 #pragma unroll
-      for (int h = 0; h < kSliceStep; ++h) {
-        ptx::mma_m16n8k16<Elem>(s.o[sl + h], a[h], p_hi[0], p_hi[1]);
-        ptx::mma_m16n8k16<Elem>(s.o[sl + h], a[h], p_lo[0], p_lo[1]);
+      for (int sl = 0; sl < Shape::kSlices; sl += kSliceStep) {
+        std::uint32_t a[2][4];
+        v_fragments<Shape>(v_tile + g * kGroupBytes, sl, lane, a);
+#pragma unroll
+        for (int h = 0; h < kSliceStep; ++h) {
+          ptx::mma_m16n8k16<Elem>(s.o[sl + h], a[h], p_hi[0], p_hi[1]);
+          ptx::mma_m16n8k16<Elem>(s.o[sl + h], a[h], p_lo[0], p_lo[1]);
+        }
       }
     }
     stage = stage + 1 == kStages ? 0 : stage + 1;

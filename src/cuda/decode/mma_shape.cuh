@@ -28,7 +28,12 @@ struct MmaShape {
   using MmaElem = std::conditional_t<std::is_same_v<KvElem, __nv_bfloat16>, __nv_bfloat16, __half>;
   static constexpr int kRowsPerCta = 8;  // query rows: n of the P.V mma
   static constexpr int kHeadDimV = kHeadDim;
-  static constexpr int kStepKeys = 16;           // keys per warp step: k of the P.V mma
+  // Keys per warp step: kKeyGroups groups of 16 (each the k of one P.V mma). e4m3 steps are 32
+  // keys, so that a step moves a bf16 step's bytes (d 128: 8 KB): v3.1 found e4m3 paced by its
+  // steps, not by its bytes in flight (a 5-deep ring of 16-key steps ran as fast as 3 deep), so
+  // a step's fixed work (page ids, waits, row max, rescale) is paid per 32 keys there.
+  static constexpr int kKeyGroups = kFp8 ? 2 : 1;
+  static constexpr int kStepKeys = 16 * kKeyGroups;
   static constexpr int kSlices = kHeadDim / 16;  // k slices of Q K^T, m tiles of V^T P^T
   // A K (or V) row is kChunks 16-byte chunks; a warp copies a step's tile of each with
   // kPiecesPerLane cp.async per lane (d 128 bf16: 16 chunks, 8 per lane).
@@ -38,12 +43,13 @@ struct MmaShape {
   static constexpr int kPiecesPerLane = kStepKeys * kChunks / 32;
   static constexpr int kWarps = kWarpsPerCta;
   static constexpr int kThreads = 32 * kWarps;
-  // One stage of one warp: the K tile, the V tile, then (e4m3) 16 K scales and 16 V scales.
+  // One stage of one warp: the K tile, the V tile, then (e4m3) kStepKeys K scales and as many V
+  // scales.
   static constexpr int kStageBytes = 2 * kTileBytes + (kFp8 ? 2 * kStepKeys * 4 : 0);
   // Copy ring: kStages - 1 steps in flight per warp while it computes one, ~24 KB of ring per
-  // warp whatever a step weighs (d 128: bf16 3 stages of 8 KB, e4m3 5 of 4.1 KB). Measured
+  // warp whatever a step weighs (d 128: bf16 3 stages of 8 KB, e4m3 3 of 8.25 KB). Measured
   // (v3.0): the rate follows the bytes in flight per SM, far past Little's law with a 1-us
-  // latency, and e4m3 with bf16's 3 stages kept half of them in flight and ran at 61 %.
+  // latency, and e4m3 with bf16's 3 stages of 16-key steps (half the bytes) ran at 61 %.
   static constexpr int kRingTarget = 24 * 1024;
   static constexpr int kStagesFit = kRingTarget / kStageBytes;
   static constexpr int kStages = kStagesFit < 3 ? 3 : (kStagesFit > 8 ? 8 : kStagesFit);
