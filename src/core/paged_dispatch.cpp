@@ -23,6 +23,11 @@ namespace {
 constexpr std::int64_t kMinKeysPerSplit = 256;
 // More splits only grow the workspace and stage 2: 64 already fills 132 SMs from one KV head.
 constexpr std::int64_t kMaxSplits = 64;
+// Decode CTAs per processor the plan fills: 2, the tensor-core kernel's 4-warp CTAs two per SM
+// (8 warps, the most its ~197 registers allow; cuda/decode/mma_shape.cuh). Measured on the H200
+// (docs/kernels/decode.md, v3.8): whole waves of those beat both fewer splits and twice as many
+// (2-warp CTAs, 4 per SM), which add a merge for no more warps. On a CPU, tasks per thread.
+constexpr std::int64_t kCtasPerProcessor = 2;
 
 void expect_at_least(const char* name, std::int64_t value, std::int64_t least) {
   if (value < least) {
@@ -67,8 +72,8 @@ PagedSplitPlan plan_paged_split(std::int64_t batch, std::int64_t q_len, std::int
   expect_at_least("processors", processors, 1);
   // Unsplit, one task per (sequence, KV head) with its whole query group; split when that leaves
   // processors idle, as far as every split keeps kMinKeysPerSplit keys.
-  const std::int64_t splits =
-      core::key_splits(batch * heads_kv, processors, max_seq_len, kMinKeysPerSplit, kMaxSplits);
+  const std::int64_t splits = core::one_wave_key_splits(
+      batch * heads_kv, processors, kCtasPerProcessor, max_seq_len, kMinKeysPerSplit, kMaxSplits);
   return {int(splits), paged_workspace_elems(splits, batch * q_len, heads_q, head_dim_v)};
 }
 

@@ -124,10 +124,10 @@ int mma_blocks(DType kv, std::int64_t head_dim, int warps) {
 
 // Warps per CTA of the tensor-core kernel (0: the CUDA-core kernel). The stream rate follows
 // the bytes in flight per SM, so: the most warps resident per SM among the CTA shapes that run
-// the whole grid in one wave (BENCH.md, d 128 bf16: batch 1's 264 CTAs 4 warps, 2 per SM; batch
-// 16's 384 CTAs 3 warps, 3 per SM; batch 64's 512 CTAs 2 warps, 4 per SM), else 2 warps (the
-// most CTAs per SM). FLASHKIT_DECODE_KERNEL picks one by name for benchmarks and the lineage:
-// cuda_cores (v2), mma (v3, the default), mma2, mma3 or mma4. Head dims without a tensor-core
+// the whole grid in one wave (BENCH.md, d 128: batch 1's and batch 16's 264 and 256 CTAs 4
+// warps, 2 per SM; batch 64's 512 CTAs 2 warps, 4 per SM), else 2 warps (the most CTAs per SM).
+// FLASHKIT_DECODE_KERNEL picks one by name for benchmarks and the lineage: cuda_cores (v2), mma
+// (v3, the default), mma2, mma3 or mma4. Head dims without a tensor-core
 // kernel (decode::MmaHeadDims) take the CUDA-core one.
 int mma_warps(const core::PagedDims& d, DType kv, std::int64_t ctas, const Device& device) {
   if (!in_list(decode::MmaHeadDims{}, d.head_dim)) return 0;
