@@ -8,7 +8,10 @@
 // ceiling (16-byte loads over 8 GiB) is measured in the same run. Writes BENCH.md's schema.
 //
 //   flashkit_decode_bench --out FILE.json [--commit SHA] [--no-ceiling] [--config B,KV ...]
-// (--config: only these (batch, kv_len) pairs, e.g. to profile one shape)
+//                         [--kv-sets N] [--splits N]
+// (--config: only these (batch, kv_len) pairs, e.g. to profile one shape; --kv-sets: rotate N
+// copies of the KV instead of the L2 rule's count, e.g. 1 to replay one copy as the Python
+// suite does; --splits: num_splits N instead of the plan's choice)
 //
 // GB/s counts the K and V bytes: 2 * batch * kv_len * kv_heads * d * bytes per element (the f32
 // e4m3 scales, 4 bytes per 16-token page and head, add 0.2 % and are not counted).
@@ -94,6 +97,7 @@ struct Config {
 struct Row {
   Config c;
   int num_splits;
+  int kv_sets;  // KV copies rotated
   bool graph;
   double ms, gbs, max_err;
 };
@@ -148,13 +152,17 @@ double sampled_error(const Config& c, const std::vector<std::int32_t>& table, co
   return worst;
 }
 
-Row run_config(const Config& c, int sms, double l2_bytes, cudaStream_t stream) {
+// kv_sets: copies of the KV rotated, 0 for the L2 rule (enough copies for 3x the L2, at most 4).
+// splits: num_splits of every call, 0 for the plan's.
+Row run_config(const Config& c, int sms, double l2_bytes, int kv_sets, int splits,
+               cudaStream_t stream) {
   using flashkit::Device;
   using flashkit::DType;
   using flashkit::Tensor;
   const std::int64_t pages_per_seq = c.kv_len / c.page_size;
   const std::int64_t set_pages = c.batch * pages_per_seq;
-  const int sets = int(std::clamp(std::ceil(3 * l2_bytes / c.kv_bytes()), 1.0, 4.0));
+  const int sets =
+      kv_sets > 0 ? kv_sets : int(std::clamp(std::ceil(3 * l2_bytes / c.kv_bytes()), 1.0, 4.0));
   const std::int64_t num_pages = sets * set_pages;
   const std::int64_t pool_elems = num_pages * c.page_size * kHeadsKv * kDim;
   const std::size_t elem = c.fp8 ? 1 : 2;
@@ -191,7 +199,10 @@ Row run_config(const Config& c, int sms, double l2_bytes, cudaStream_t stream) {
 
   const flashkit::PagedSplitPlan plan =
       flashkit::plan_paged_split(c.batch, 1, kHeadsQ, kHeadsKv, kDim, c.kv_len, sms);
-  Buffer workspace(std::size_t(std::max<std::int64_t>(plan.workspace_elems, 1)) * 4);
+  const int num_splits = splits > 0 ? splits : plan.num_splits;
+  const std::int64_t workspace_elems = std::max<std::int64_t>(
+      num_splits > 1 ? flashkit::paged_workspace_elems(num_splits, c.batch, kHeadsQ, kDim) : 0, 1);
+  Buffer workspace(std::size_t(workspace_elems) * 4);
 
   const Device dev = Device::cuda(0);
   const DType kv = c.fp8 ? DType::e4m3 : DType::bf16;
@@ -211,16 +222,15 @@ Row run_config(const Config& c, int sms, double l2_bytes, cudaStream_t stream) {
                               {c.batch, pages_per_seq}, dev);
     a.kv.seq_lens = Tensor(lens.p, DType::i32, {c.batch}, dev);
     a.mask.causal = true;
-    a.num_splits = 0;
-    a.workspace =
-        Tensor(workspace.p, DType::f32, {std::max<std::int64_t>(plan.workspace_elems, 1)}, dev);
+    a.num_splits = splits;
+    a.workspace = Tensor(workspace.p, DType::f32, {workspace_elems}, dev);
     a.stream = stream;
   }
 
   check(cudaMemsetAsync(out.p, 0xFF, std::size_t(c.batch) * kHeadsQ * kDim * 2, stream), "poison");
   flashkit::paged_attention(calls[0]);
   check(cudaStreamSynchronize(stream), "first call");
-  Row r{c, plan.num_splits, true, 0, 0, sampled_error(c, table, out.p)};
+  Row r{c, num_splits, sets, true, 0, 0, sampled_error(c, table, out.p)};
 
   // One graph per KV copy; direct calls if capture fails (then "graph": false in the row).
   std::vector<cudaGraphExec_t> graphs;
@@ -275,9 +285,9 @@ void write_json(const std::string& path, const std::string& commit, const std::s
       << ", \"page_size\": " << r.c.page_size << ", \"dtype\": \"" << (r.c.fp8 ? "e4m3" : "bf16")
       << "\", \"heads_q\": " << kHeadsQ << ", \"heads_kv\": " << kHeadsKv << ", \"d\": " << kDim
       << ", \"q_len\": 1"
-      << ", \"num_splits\": " << r.num_splits << "}, \"graph\": " << (r.graph ? "true" : "false")
-      << ", \"ms\": " << r.ms << ", \"gbs\": " << r.gbs
-      << ", \"read_fraction\": " << (read_gbs > 0 ? r.gbs / read_gbs : 0)
+      << ", \"num_splits\": " << r.num_splits << "}, \"kv_sets\": " << r.kv_sets
+      << ", \"graph\": " << (r.graph ? "true" : "false") << ", \"ms\": " << r.ms
+      << ", \"gbs\": " << r.gbs << ", \"read_fraction\": " << (read_gbs > 0 ? r.gbs / read_gbs : 0)
       << ", \"max_abs_err_sampled\": " << r.max_err << "}";
   }
   f << "\n]}\n";
@@ -288,6 +298,7 @@ void write_json(const std::string& path, const std::string& commit, const std::s
 int main(int argc, char** argv) {
   std::string out = "decode.json", commit = "unknown";
   bool ceiling = true;
+  int kv_sets = 0, splits = 0;
   std::vector<std::pair<int, int>> shapes = {{1, 32768}, {16, 8192}, {64, 4096}, {128, 2048}};
   bool chosen = false;
   for (int i = 1; i < argc; ++i) {
@@ -307,10 +318,16 @@ int main(int argc, char** argv) {
       commit = argv[++i];
     } else if (a == "--no-ceiling") {
       ceiling = false;
+    } else if (a == "--kv-sets" && has_value && std::sscanf(argv[i + 1], "%d", &kv_sets) == 1 &&
+               kv_sets >= 1 && kv_sets <= 8) {
+      ++i;
+    } else if (a == "--splits" && has_value && std::sscanf(argv[i + 1], "%d", &splits) == 1 &&
+               splits >= 1 && splits <= 64) {
+      ++i;
     } else {
       std::fprintf(stderr,
                    "usage: %s --out FILE.json [--commit SHA] [--no-ceiling] [--config BATCH,KV_LEN "
-                   "...]\n",
+                   "...] [--kv-sets 1..8] [--splits 1..64]\n",
                    argv[0]);
       return 2;
     }
@@ -327,7 +344,7 @@ int main(int argc, char** argv) {
       for (int page_size : {16, 256}) {
         for (auto [batch, kv_len] : shapes) {
           rows.push_back(run_config({batch, kv_len, page_size, fp8}, prop.multiProcessorCount,
-                                    double(prop.l2CacheSize), stream));
+                                    double(prop.l2CacheSize), kv_sets, splits, stream));
         }
       }
     }
