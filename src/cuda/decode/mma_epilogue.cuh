@@ -20,7 +20,8 @@ __device__ __forceinline__ void mma_finish_cta(const PagedParams& p, const Decod
   // Row g's l was summed per lane over its keys; the quad holds all of them.
   s.softmax.l = ptx::quad_sum(s.softmax.l);
   const float lse = s.softmax.lse();
-  const float inv_l = s.softmax.l > 0.0f ? 1.0f / s.softmax.l : 0.0f;
+  float inv_l = s.softmax.l > 0.0f ? 1.0f / s.softmax.l : 0.0f;
+  if constexpr (Shape::kFp8) inv_l *= s.v_ref;  // o holds O^T / v_ref (mma_mainloop.cuh)
   // O^T columns 2t and 2t + 1 are rows whose l lives in quads 2t and 2t + 1.
   const float inv0 = __shfl_sync(0xffffffffu, inv_l, 8 * t);
   const float inv1 = __shfl_sync(0xffffffffu, inv_l, 8 * t + 4);

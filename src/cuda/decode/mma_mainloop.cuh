@@ -41,7 +41,24 @@ struct MmaLane {
   core::SoftmaxState<float> softmax;  // row g: m (the same in the quad), l (this lane's keys)
   std::int64_t diag;                  // causal diagonal of row g
   float slope;                        // ALiBi slope of row g
+  // e4m3: o holds O^T / v_ref, where v_ref = 2^v_ref_log2 (the same in the warp) is at least
+  // every V scale seen so far, so that the probabilities fed to P V, p * v_scale / v_ref, stay
+  // in (0, 1] where f16's 11 bits (and the lo half) hold them. Folding the bare scale into p
+  // put pages of values ~1e-3 (scales ~2e-6) into f16's subnormals: emulated, relative error
+  // 2e-5 at values ~1, 2.1e-2 at 1e-3, 0.29 at 1e-4.
+  float v_ref = kMinVRef, v_ref_log2 = kMinVRefLog2;
+  // The smallest reference: p / v_ref <= 2^100 keeps a step's l sum far from f32's overflow;
+  // pages scaled below 2^-100 (values ~1e-28) are products below 1, read less exactly.
+  static constexpr float kMinVRefLog2 = -100.0f;
+  static constexpr float kMinVRef = 0x1p-100f;
 };
+
+// The power of two just above `x` (> 0, finite, normal): 2^(exponent + 1).
+__device__ __forceinline__ float power_of_two_above(float x, float& log2) {
+  const int e = int((__float_as_uint(x) >> 23) & 0xffu) - 126;
+  log2 = float(e);
+  return __uint_as_float(std::uint32_t(e + 127) << 23);
+}
 
 template <class Shape>
 __device__ __forceinline__ void mma_load_queries(const PagedParams& p, const DecodeCta& c,
@@ -318,20 +335,45 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
     }
     block_max = ptx::quad_max(block_max);
     const float alpha = s.softmax.absorb_max(block_max);
+    // e4m3: a V scale of this step above the warp's reference (rarely after the first step: a
+    // page of larger values) raises it to the power of two above the step's largest scale.
+    // Every quad holds all of the step's keys, so a quad's max is the warp's. Masked keys'
+    // scales were zero-filled.
+    float v_factor = 1.0f;  // O's extra factor when the reference rises: old / new
+    [[maybe_unused]] float v_scales[kScores];
+    if constexpr (Shape::kFp8) {
+      float v_scale_max = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kScores; ++k) {
+        v_scales[k] = scales[kStepKeys + 8 * (k / 2) + 2 * t + k % 2];
+        v_scale_max = fmaxf(v_scale_max, v_scales[k]);
+      }
+      if (__any_sync(0xffffffffu, v_scale_max > s.v_ref)) {
+        float log2_ref;
+        const float ref = power_of_two_above(ptx::quad_max(v_scale_max), log2_ref);
+        v_factor = s.v_ref / ref;
+        s.v_ref = ref;
+        s.v_ref_log2 = log2_ref;
+      }
+    }
     // While the row has seen nothing its max is -inf: subtract 0 (exp2(-inf - -inf) is NaN).
-    const float m = s.softmax.m == kNegInf ? 0.0f : s.softmax.m;
+    // e4m3 subtracts log2(v_ref) too: p / v_ref costs nothing here, and l takes v_ref back once
+    // per step.
+    float m = s.softmax.m == kNegInf ? 0.0f : s.softmax.m;
+    if constexpr (Shape::kFp8) m += s.v_ref_log2;
     float prob[kScores], sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < kScores; ++k) {
       prob[k] = ptx::exp2_approx(x[k] - m);
       sum += prob[k];
     }
+    if constexpr (Shape::kFp8) sum *= s.v_ref;
     s.softmax.l = s.softmax.l * alpha + sum;
     // O^T columns are rows 2t and 2t + 1, whose alphas live in quads 2t and 2t + 1. Once the
     // running maxima settle, alpha is 1 for the whole warp: skip the rescale then.
-    if (__any_sync(0xffffffffu, alpha != 1.0f)) {
-      const float a0 = __shfl_sync(0xffffffffu, alpha, 8 * t);
-      const float a1 = __shfl_sync(0xffffffffu, alpha, 8 * t + 4);
+    if (__any_sync(0xffffffffu, alpha != 1.0f) || v_factor != 1.0f) {
+      const float a0 = __shfl_sync(0xffffffffu, alpha, 8 * t) * v_factor;
+      const float a1 = __shfl_sync(0xffffffffu, alpha, 8 * t + 4) * v_factor;
 #pragma unroll
       for (int sl = 0; sl < Shape::kSlices; ++sl) {
         s.o[sl][0] *= a0;
@@ -342,10 +384,11 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
     }
 
     // P^T as B fragments, per group: (keys 2t, 2t + 1) and (2t + 8, 2t + 9) of row g, e4m3 V
-    // scales folded in (one multiply per probability, never per element).
+    // scales folded in (one multiply per probability, never per element): p / v_ref * scale
+    // <= 1.
     if constexpr (Shape::kFp8) {
 #pragma unroll
-      for (int k = 0; k < kScores; ++k) prob[k] *= scales[kStepKeys + 8 * (k / 2) + 2 * t + k % 2];
+      for (int k = 0; k < kScores; ++k) prob[k] *= v_scales[k];
     }
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {

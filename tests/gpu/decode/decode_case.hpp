@@ -30,6 +30,9 @@ struct DecodeSpec {
   float softcap = 0.0f;
   bool alibi = false;
   std::optional<float> softmax_scale;
+  // V values of page p are uniform in +-v_amplitudes[p % size] (e4m3 scales shrink alike): small
+  // values put e4m3's products of probability and scale near f16's subnormals.
+  std::vector<double> v_amplitudes{1.0};
   std::uint32_t seed = 1;
 
   std::int64_t batch() const { return std::int64_t(seq_lens.size()); }
@@ -75,9 +78,11 @@ std::int64_t decode_workspace_elems(const DecodeCase& c, int num_splits);
 // aligned). Checks the device for errors.
 DecodeResult run_decode_gpu(const DecodeCase& c, int num_splits, int workspace_offset = 0);
 
-// "" when `got` matches `want` within the output dtype's rounding (one ulp of values below 1,
-// plus 2e-4 for fp32 sums in another order) and lse within 1e-4 (-inf exactly); else the worst
-// element. NaN (a poisoned, unwritten element) always fails.
-std::string compare_decode(const DecodeResult& got, const DecodeResult& want, DType out_dtype);
+// "" when `got` matches `want` within the output dtype's rounding (one ulp of values below
+// out_scale, plus 2e-4 of out_scale for fp32 sums in another order) and lse within 1e-4 (-inf
+// exactly); else the worst element. NaN (a poisoned, unwritten element) always fails. out_scale:
+// the largest V magnitude (outputs are averages of V rows).
+std::string compare_decode(const DecodeResult& got, const DecodeResult& want, DType out_dtype,
+                           double out_scale = 1.0);
 
 }  // namespace flashkit::testing
