@@ -30,14 +30,25 @@
 
 namespace flashkit::cuda::decode {
 
+// The power of two just above `x` (> 0, finite, normal): 2^(exponent + 1).
+__device__ __forceinline__ float power_of_two_above(float x, float& log2) {
+  const int e = int((__float_as_uint(x) >> 23) & 0xffu) - 126;
+  log2 = float(e);
+  return __uint_as_float(std::uint32_t(e + 127) << 23);
+}
+
 // What a lane keeps for the whole loop: query row g = lane / 4 of the CTA's tile.
 template <class Shape>
 struct MmaLane {
   using Elem = typename Shape::MmaElem;
   static constexpr int kSlices = Shape::kSlices;
   std::uint32_t q_hi[kSlices][2], q_lo[kSlices][2];  // A regs 0 and 2 of row g (rows g + 8: 0)
-  bool q_exact;         // the warp's q_lo are all zeros (q is the mma type, or bf16 in f16's range)
-  float o[kSlices][4];  // O^T: rows o_dim(s, 0 / 1, g), columns rows 2t, 2t + 1
+  bool q_exact;  // the warp's q_lo are all zeros (q is the mma type, or bf16 in f16's range)
+  // f16 operands (e4m3 pages): q enters the products as q / q_ref, q_ref a power of two that
+  // keeps it below 2^14 (f16 overflows at 65504; bf16 or f32 q may not), 1 almost always; the
+  // scores take it back.
+  float q_ref = 1.0f;
+  float o[kSlices][4];                // O^T: rows o_dim(s, 0 / 1, g), columns rows 2t, 2t + 1
   core::SoftmaxState<float> softmax;  // row g: m (the same in the quad), l (this lane's keys)
   std::int64_t diag;                  // causal diagonal of row g
   float slope;                        // ALiBi slope of row g
@@ -52,13 +63,6 @@ struct MmaLane {
   static constexpr float kMinVRefLog2 = -100.0f;
   static constexpr float kMinVRef = 0x1p-100f;
 };
-
-// The power of two just above `x` (> 0, finite, normal): 2^(exponent + 1).
-__device__ __forceinline__ float power_of_two_above(float x, float& log2) {
-  const int e = int((__float_as_uint(x) >> 23) & 0xffu) - 126;
-  log2 = float(e);
-  return __uint_as_float(std::uint32_t(e + 127) << 23);
-}
 
 template <class Shape>
 __device__ __forceinline__ void mma_load_queries(const PagedParams& p, const DecodeCta& c,
@@ -93,6 +97,30 @@ __device__ __forceinline__ void mma_load_queries(const PagedParams& p, const Dec
     default:
       load_all(float{});
       break;
+  }
+  if constexpr (std::is_same_v<Elem, __half>) {
+    // The warp holds all of the CTA's query rows, so its max is the CTA's.
+    float q_max = 0.0f;
+#pragma unroll
+    for (int sl = 0; sl < Shape::kSlices; ++sl) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        q_max = fmaxf(q_max, fmaxf(fabsf(x[sl][h][0]), fabsf(x[sl][h][1])));
+    }
+    q_max = ptx::warp_max(q_max);
+    if (q_max >= 0x1p14f) {
+      float log2;
+      s.q_ref = power_of_two_above(q_max, log2) * 0x1p-14f;
+      const float inv = 1.0f / s.q_ref;
+#pragma unroll
+      for (int sl = 0; sl < Shape::kSlices; ++sl) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          x[sl][h][0] *= inv;
+          x[sl][h][1] *= inv;
+        }
+      }
+    }
   }
 #pragma unroll
   for (int sl = 0; sl < Shape::kSlices; ++sl) {
@@ -309,6 +337,8 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
     // Inside the span, with no per-key mask and no score modifier (a decode step's common
     // case), a score is one multiply.
     constexpr int kScores = 2 * kTiles;
+    float scale_log2 = p.scale_log2;
+    if constexpr (std::is_same_v<Elem, __half>) scale_log2 *= s.q_ref;
     float x[kScores];
     float block_max = kNegInf;
     if (plain_scores && !c.key_mask && base >= lo && base + kStepKeys <= hi) {
@@ -316,7 +346,7 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
       for (int k = 0; k < kScores; ++k) {
         float dot = s_hi[k / 2][k % 2] + s_lo[k / 2][k % 2];
         if constexpr (Shape::kFp8) dot *= scales[8 * (k / 2) + 2 * t + k % 2];
-        x[k] = dot * p.scale_log2;
+        x[k] = dot * scale_log2;
         block_max = fmaxf(block_max, x[k]);
       }
     } else {
@@ -327,8 +357,8 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
         if constexpr (Shape::kFp8) dot *= scales[offset];  // e4m3 dequantisation, once per score
         const bool seen = key >= lo && key < hi &&
                           (!c.key_mask || core::key_visible(p.mask, s.diag, key, c.seq_len));
-        const float v =
-            plain_scores ? dot * p.scale_log2 : modified_score_log2(p, dot, s.slope, s.diag, key);
+        const float v = plain_scores ? dot * scale_log2
+                                     : modified_score_log2(p, dot * s.q_ref, s.slope, s.diag, key);
         x[k] = seen ? v : kNegInf;
         block_max = fmaxf(block_max, x[k]);
       }

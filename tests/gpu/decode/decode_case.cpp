@@ -57,7 +57,7 @@ std::string DecodeSpec::name() const {
     << " window " << window_left << "," << window_right << " prefix " << prefix_len << " softcap "
     << softcap << (alibi ? " alibi" : "") << " v_amplitudes {";
   for (std::size_t i = 0; i < v_amplitudes.size(); ++i) s << (i ? ", " : "") << v_amplitudes[i];
-  s << "} seed " << seed;
+  s << "} q_amplitude " << q_amplitude << " seed " << seed;
   return s.str();
 }
 
@@ -159,7 +159,7 @@ DecodeCase make_decode_case(const DecodeSpec& spec) {
   } else {
     c.q = maybe_padded(spec.q_dtype, {batch, c.max_q, spec.heads_q, d}, spec.padded, 8);
   }
-  c.q.fill_random(rng);
+  c.q.fill_random(rng, -spec.q_amplitude, spec.q_amplitude);
   if (spec.alibi) {
     c.alibi_slopes = HostTensor(DType::f32, {spec.heads_q});
     for (std::int64_t h = 0; h < spec.heads_q; ++h) {

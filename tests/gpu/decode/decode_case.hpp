@@ -33,6 +33,7 @@ struct DecodeSpec {
   // V values of page p are uniform in +-v_amplitudes[p % size] (e4m3 scales shrink alike): small
   // values put e4m3's products of probability and scale near f16's subnormals.
   std::vector<double> v_amplitudes{1.0};
+  double q_amplitude = 1.0;  // q uniform in +-q_amplitude
   std::uint32_t seed = 1;
 
   std::int64_t batch() const { return std::int64_t(seq_lens.size()); }

@@ -227,6 +227,23 @@ TEST(PagedDecode, SmallValuePagesKeepTheirPrecision) {
   }
 }
 
+// bf16 queries beyond f16's range (65504) against e4m3 pages, whose tensor-core products take f16
+// operands: q enters them scaled down by a power of two, and the scores take it back (without
+// it, q overflows to inf and the output is NaN). The scale keeps the scores ~4, so that the
+// softmax is not a tie-prone argmax.
+TEST(PagedDecode, QueriesBeyondF16RangeOnE4m3Pages) {
+  for (const char* kernel : {"cuda_cores", "mma2", "mma4"}) {
+    SCOPED_TRACE(kernel);
+    const KernelChoice choice(kernel);
+    for (double q_amplitude : {1e5, 3e7}) {
+      DecodeSpec s = spec_of(DType::e4m3, 16, 4, 3);
+      s.q_amplitude = q_amplitude;
+      s.softmax_scale = float(1.0 / q_amplitude);
+      expect_matches(s, {1, 3});
+    }
+  }
+}
+
 TEST(PagedDecode, OutputDtypes) {
   for (DType out : {DType::f32, DType::f16}) {
     DecodeSpec s = spec_of(DType::bf16, 16, 4, 3);
