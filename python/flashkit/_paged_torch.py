@@ -1,11 +1,15 @@
 """Paged attention as torch custom ops: flashkit::paged_fwd (out, lse), flashkit::cascade_fwd
-(out, lse) and flashkit::append_kv (writes the pages in place, declared as mutating them). Outputs and the split workspace are
-allocated with torch on the inputs' device, and kernels launch on the current CUDA stream without
-host synchronization, so decode steps can be captured in CUDA graphs and traced by torch.compile.
+(out, lse) and flashkit::append_kv (writes the pages in place, declared as mutating them). Outputs
+and the split workspace are allocated with torch on the inputs' device, and kernels launch on the
+current CUDA stream without host synchronization, so decode steps can be captured in CUDA graphs
+and traced by torch.compile. In plain eager mode (`_torch_ops.eager`) the entry points call the
+ops' bodies directly: a decode step's kernels take tens of microseconds, the op's dispatch as
+long again.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -13,13 +17,18 @@ from torch import Tensor
 
 from . import _flashkit
 from ._arrays import lse_shape, out_shape
-from ._torch_ops import _on_device, _stream, _view
+from ._torch_ops import _on_device, _stream, _view, eager
 
 
 def _alloc(q: Tensor, v_pages: Tensor, packed: bool) -> tuple[Tensor, Tensor]:
     out = q.new_empty(out_shape(q, v_pages))
     lse = q.new_empty(lse_shape(q, packed), dtype=torch.float32)
     return out, lse
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(device: int) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _split_workspace(q, v_pages, block_table, packed, max_seqlen_q, num_splits):
@@ -33,7 +42,7 @@ def _split_workspace(q, v_pages, block_table, packed, max_seqlen_q, num_splits):
     if num_splits == 0:
         batch = block_table.shape[0]
         q_len = max_seqlen_q if packed else q.shape[1]
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        sms = _multiprocessors(q.get_device())
         capacity = block_table.shape[1] * v_pages.shape[1]
         num_splits, _ = _flashkit.plan_paged_split(
             batch, q_len, heads_q, v_pages.shape[2], dv, capacity, sms
@@ -42,8 +51,7 @@ def _split_workspace(q, v_pages, block_table, packed, max_seqlen_q, num_splits):
     return num_splits, (q.new_empty((elems,), dtype=torch.float32) if elems else None)
 
 
-@torch.library.custom_op("flashkit::paged_fwd", mutates_args=())
-def paged_fwd(
+def _paged_fwd(
     q: Tensor,
     k_pages: Tensor,
     v_pages: Tensor,
@@ -96,13 +104,15 @@ def paged_fwd(
     return out, lse
 
 
+paged_fwd = torch.library.custom_op("flashkit::paged_fwd", mutates_args=())(_paged_fwd)
+
+
 @paged_fwd.register_fake
 def _(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, cu_seqlens_q, *rest):
     return _alloc(q, v_pages, cu_seqlens_q is not None)
 
 
-@torch.library.custom_op("flashkit::cascade_fwd", mutates_args=())
-def cascade_fwd(
+def _cascade_fwd(
     q: Tensor,
     k_pages: Tensor,
     v_pages: Tensor,
@@ -146,19 +156,28 @@ def cascade_fwd(
     return out, lse
 
 
+cascade_fwd = torch.library.custom_op("flashkit::cascade_fwd", mutates_args=())(_cascade_fwd)
+
+
 @cascade_fwd.register_fake
 def _(q, k_pages, v_pages, *rest):
     return _alloc(q, v_pages, False)
 
 
 def cascade(*arrays_and_options):
-    """cascade_fwd with the scalars of a CascadeOptions."""
+    """cascade_fwd (or its body, in plain eager mode) with the scalars of a CascadeOptions."""
     *arrays, o = arrays_and_options
-    return cascade_fwd(*arrays, o.softmax_scale, o.causal, o.softcap, o.algo)
+    op = _cascade_fwd if eager(*arrays) else cascade_fwd
+    return op(*arrays, o.softmax_scale, o.causal, o.softcap, o.algo)
 
 
-@torch.library.custom_op("flashkit::append_kv", mutates_args=("k_pages", "v_pages"))
-def append_kv(
+def append(k_new, v_new, start_pos, k_pages, v_pages, block_table, k_scale, v_scale):
+    """append_kv, or its body in plain eager mode."""
+    arrays = (k_new, v_new, start_pos, k_pages, v_pages, block_table, k_scale, v_scale)
+    (_append_kv if eager(*arrays) else append_kv)(*arrays)
+
+
+def _append_kv(
     k_new: Tensor,
     v_new: Tensor,
     start_pos: Tensor,
@@ -182,6 +201,11 @@ def append_kv(
         )
 
 
+append_kv = torch.library.custom_op("flashkit::append_kv", mutates_args=("k_pages", "v_pages"))(
+    _append_kv
+)
+
+
 @append_kv.register_fake
 def _(k_new, v_new, start_pos, k_pages, v_pages, block_table, k_scale, v_scale):
     return None
@@ -190,16 +214,10 @@ def _(k_new, v_new, start_pos, k_pages, v_pages, block_table, k_scale, v_scale):
 def forward(
     q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, cu_seqlens_q, alibi_slopes, o
 ):
-    """paged_fwd with the scalars of a PagedOptions."""
-    return paged_fwd(
-        q,
-        k_pages,
-        v_pages,
-        block_table,
-        seq_lens,
-        k_scale,
-        v_scale,
-        cu_seqlens_q,
+    """paged_fwd (or its body, in plain eager mode) with the scalars of a PagedOptions."""
+    arrays = (q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, cu_seqlens_q)
+    return (_paged_fwd if eager(*arrays, alibi_slopes) else paged_fwd)(
+        *arrays,
         alibi_slopes,
         o.softmax_scale,
         o.causal,

@@ -3,6 +3,7 @@ the same process on the same inputs, following bench/BENCH.md's protocol.
 
     python -m flashkit.bench --suite prefill_fwd --out bench/results/h200/prefill_fwd.json
     python -m flashkit.bench --suite decode --out bench/results/h200/decode.json
+    python -m flashkit.bench --suite host --out bench/results/h200/host.json   (bench_host.py)
 
 Per config: fresh random inputs, a correctness check of flashkit against a peer before anything
 is timed, warm-up, then the median of --iters CUDA-event timings. The ceilings (bf16 matmul
@@ -20,7 +21,9 @@ import statistics
 import sys
 import time
 
-SUITES = ("prefill_fwd", "prefill_bwd", "decode")
+from .bench_host import host_summary, run_host_suite
+
+SUITES = ("prefill_fwd", "prefill_bwd", "decode", "host")
 PEERS = ("cudnn", "fa2", "efficient")
 TOKENS, HIDDEN = 16384, 2048  # prefill grid: batch * seqlen and heads * head_dim
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -633,6 +636,8 @@ def main(argv=None) -> int:
     }
     if args.suite == "decode":
         run_decode_suite(torch, timer, args.quick, args.read_gib, result)
+    elif args.suite == "host":
+        run_host_suite(torch, flashkit, result)
     else:
         for cfg in prefill_configs(args.quick):
             run_config(torch, timer, args.suite, cfg, result["rows"])
@@ -642,7 +647,12 @@ def main(argv=None) -> int:
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"ceilings: {result['ceilings']}")
-    print(decode_summary(result) if args.suite == "decode" else summary(args.suite, result["rows"]))
+    if args.suite == "decode":
+        print(decode_summary(result))
+    elif args.suite == "host":
+        print(host_summary(result))
+    else:
+        print(summary(args.suite, result["rows"]))
     return 0
 
 

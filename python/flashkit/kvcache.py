@@ -147,7 +147,7 @@ def append_kv(
     for name, x in (("k_new", k_new), ("v_new", v_new)):
         _arrays.expect_ndim(name, x, 4, "[batch, n_new, kv_heads, head_dim]")
     if kind == "torch":
-        _paged_torch.append_kv(
+        _paged_torch.append(
             k_new, v_new, start_pos, k_pages, v_pages, block_table, k_scale, v_scale
         )
     else:

@@ -48,3 +48,31 @@ def test_ratios_are_geometric_means_over_configs_both_ran():
     r = bench.ratios("prefill_bwd", rows)
     assert r["fa2"] == pytest.approx({"geomean": 1.0, "configs": 2})
     assert r["cudnn"] == pytest.approx({"geomean": 0.25, "configs": 1})
+
+
+def test_host_suite_counts_calls_and_ratios():
+    from flashkit import bench_host
+
+    class StubCuda:
+        syncs = 0
+
+        def synchronize(self):
+            StubCuda.syncs += 1
+
+    class StubTorch:
+        cuda = StubCuda()
+
+    calls = []
+    us = bench_host.host_us(StubTorch, lambda: calls.append(1))
+    per_repeat = bench_host.CALLS
+    assert len(calls) == bench_host.WARMUP + bench_host.REPEATS * per_repeat
+    assert StubCuda.syncs == 1 + bench_host.REPEATS and us > 0
+    assert bench.parse_args(["--suite", "host", "--out", "x.json"]).suite == "host"
+    rows = [
+        {"impl": "flashkit", "config": {"call": "fwd"}, "host_us": 30.0},
+        {"impl": "sdpa", "config": {"call": "fwd"}, "host_us": 20.0},
+    ]
+    bench_host.add_ratios(rows)
+    assert [r["vs_sdpa"] for r in rows] == [1.5, 1.0]
+    text = bench_host.host_summary({"rows": rows})
+    assert "flashkit     fwd          30.0    1.50x" in text

@@ -365,3 +365,36 @@ def test_torch_fp8_cache_manager(rng):
 def test_torch_paged_op_registered():
     torch = _torch()
     assert hasattr(torch.ops.flashkit, "paged_fwd") and hasattr(torch.ops.flashkit, "append_kv")
+
+
+def test_torch_eager_calls_match_the_custom_ops(rng):
+    """Plain eager calls run the ops' bodies without their dispatch: the same pages written, the
+    same outputs, bit for bit (and the ops still run where torch must see them)."""
+    torch = _torch()
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seq_lens = np.array([9, 30], dtype=np.int32)
+    k_pages, v_pages, table = (torch.from_numpy(x) for x in make_cache(rng, seq_lens + 2, 8, 2, 16))
+    k_new, v_new = (torch.from_numpy(randn(rng, 2, 2, 2, 16, dtype=np.float32)) for _ in range(2))
+    q = torch.from_numpy(randn(rng, 2, 2, 4, 16, dtype=np.float32))
+    start, lens = torch.from_numpy(seq_lens), torch.from_numpy(seq_lens + 2)
+    table = table.contiguous()
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.add(str(func).split(".")[1])
+            return func(*args, **(kwargs or {}))
+
+    results = []
+    for mode in (None, Seen()):
+        pages = (k_pages.clone(), v_pages.clone())
+        with mode or torch.no_grad():
+            flashkit.append_kv(k_new, v_new, start, *pages, table)
+            out, lse = flashkit.paged_attention(q, *pages, table, lens, return_lse=True)
+        results.append((*pages, out, lse))
+    assert {"append_kv", "paged_fwd"} <= mode.ops
+    assert all(torch.equal(a, b) for a, b in zip(*results))

@@ -268,6 +268,90 @@ def test_cuda_graph_capture():
 
 
 @pytest.mark.parametrize("device, dtype", CASES)
+def test_eager_path_is_the_custom_op(device, dtype):
+    """Plain eager calls skip the custom op's dispatch; they must compute exactly what the op
+    does, forward and backward (the same bodies, the same autograd)."""
+    from flashkit import _torch_ops
+
+    q, k, v = inputs(SHAPES["gqa"], dtype, device, requires_grad=True)
+    assert _torch_ops.eager(q, k, v, None)
+    s = make_settings(causal=True, window_size=(9, 0))
+    dout = torch.randn(q.shape, dtype=dtype, device=device)
+    eager_out, eager_lse = flashkit.attention(
+        q, k, v, causal=True, window_size=(9, 0), return_lse=True
+    )
+    op_out, op_lse = torch.ops.flashkit.fwd(q, k, v, None, None, None, *s)
+    assert torch.equal(eager_out, op_out) and torch.equal(eager_lse, op_lse)
+    assert eager_out.grad_fn is not None and not eager_lse.requires_grad
+    eager_grads = torch.autograd.grad(eager_out, (q, k, v), dout)
+    op_grads = torch.autograd.grad(op_out, (q, k, v), dout)
+    if device == "cuda":  # dQ is summed by atomics there: the order of the adds may differ
+        for e, o in zip(eager_grads, op_grads):
+            assert max_err(e, o) <= 1e-2 * o.abs().max().item()
+    else:
+        assert all(torch.equal(e, o) for e, o in zip(eager_grads, op_grads))
+    with torch.no_grad():  # no autograd node at all
+        assert flashkit.attention(q, k, v).grad_fn is None
+
+
+def test_eager_path_steps_aside():
+    """The custom op runs wherever torch needs to see it: fake tensors (tracing), dispatch and
+    function modes, functorch transforms and the profiler."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from flashkit import _torch_ops
+
+    q, k, v = inputs(SHAPES["square"], torch.float32, "cpu")
+    with FakeTensorMode() as mode:
+        fq, fk, fv = (mode.from_tensor(x) for x in (q, k, v))
+        assert not _torch_ops.eager(fq, fk, fv)
+        out = flashkit.flash_attn_func(fq, fk, fv)  # the fake kernel gives the shape
+        assert out.shape == q.shape and type(out) is not torch.Tensor
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.add(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Seen() as seen:
+        assert not _torch_ops.eager(q, k, v)
+        flashkit.flash_attn_func(q, k, v)
+    assert any(op.startswith("flashkit.fwd") for op in seen.ops)
+    with torch.device("cpu"):  # a function mode
+        assert not _torch_ops.eager(q, k, v)
+    with torch.profiler.profile() as prof:
+        assert not _torch_ops.eager(q, k, v)
+        flashkit.flash_attn_func(q, k, v)
+    assert any(e.key == "flashkit::fwd" for e in prof.key_averages())
+    inside_vmap = []
+
+    def batched(x):
+        inside_vmap.append(_torch_ops.eager(x))
+        return x
+
+    torch.func.vmap(batched)(q)
+    assert inside_vmap == [False] and _torch_ops.eager(q, k, v, None)
+
+
+def test_double_backward_raises():
+    """Neither path is twice differentiable; asking must fail loudly, not give zeros."""
+    q, k, v = inputs(SHAPES["square"], torch.float64, "cpu", requires_grad=True)
+    s = make_settings()
+    for out in (
+        flashkit.attention(q, k, v),
+        torch.ops.flashkit.fwd(q, k, v, None, None, None, *s)[0],
+    ):
+        (dq,) = torch.autograd.grad(out.sum(), q, create_graph=True)
+        with pytest.raises(RuntimeError):
+            torch.autograd.grad(dq.sum(), q)
+
+
+@pytest.mark.parametrize("device, dtype", CASES)
 def test_merge_states(device, dtype):
     q, k, v = inputs((1, 12, 50, 4, 4, 32), dtype, device)
     states = [
