@@ -29,3 +29,20 @@ def rng(request):
 
 def randn(rng, *shape, dtype=np.float64):
     return rng.standard_normal(shape).astype(dtype)
+
+
+def op_recorder():
+    """A torch dispatch mode (needs torch) whose `ops` collects the names of the ops dispatched
+    under it, e.g. "flashkit.fwd.default": which path a call took."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpRecorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.add(str(func))
+            return func(*args, **(kwargs or {}))
+
+    return OpRecorder()

@@ -297,8 +297,8 @@ def test_eager_path_is_the_custom_op(device, dtype):
 def test_eager_path_steps_aside():
     """The custom op runs wherever torch needs to see it: fake tensors (tracing), dispatch and
     function modes, functorch transforms and the profiler."""
+    from conftest import op_recorder
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     from flashkit import _torch_ops
 
@@ -309,16 +309,7 @@ def test_eager_path_steps_aside():
         out = flashkit.flash_attn_func(fq, fk, fv)  # the fake kernel gives the shape
         assert out.shape == q.shape and type(out) is not torch.Tensor
 
-    class Seen(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = set()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.add(str(func))
-            return func(*args, **(kwargs or {}))
-
-    with Seen() as seen:
+    with op_recorder() as seen:
         assert not _torch_ops.eager(q, k, v)
         flashkit.flash_attn_func(q, k, v)
     assert any(op.startswith("flashkit.fwd") for op in seen.ops)
