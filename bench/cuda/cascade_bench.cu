@@ -30,6 +30,8 @@
 //                                                      DIR/paged_prefill.json)
 //   flashkit_cascade_bench --out DIR --config B,P,S   (only cascade configs batch B, prefix P,
 //                          [--config ...]              suffix S: for profiling one shape)
+//   flashkit_cascade_bench ... --page N               (pages of N tokens, a power of two from 1
+//                                                      to 256, instead of 16)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -63,7 +65,9 @@ using flashkit::Device;
 using flashkit::DType;
 using flashkit::Tensor;
 
-constexpr int kHeadsQ = 32, kHeadsKv = 8, kDim = 128, kPage = 16;
+constexpr int kHeadsQ = 32, kHeadsKv = 8, kDim = 128;
+// Tokens per cache page: BENCH.md's 16 unless --page says otherwise.
+int page_size = 16;
 constexpr int kGroup = kHeadsQ / kHeadsKv;
 constexpr std::uint32_t kSeedK = 1, kSeedV = 2, kSeedQ = 3;
 constexpr std::int64_t kTokenElems = std::int64_t(kHeadsKv) * kDim;  // per K (or V) token
@@ -106,8 +110,8 @@ double graph_ms(const std::vector<std::function<void()>>& calls, cudaStream_t st
 
 struct Config {
   int batch, prefix, suffix;
-  int prefix_pages() const { return prefix / kPage; }
-  int suffix_pages() const { return (suffix + kPage - 1) / kPage; }
+  int prefix_pages() const { return prefix / page_size; }
+  int suffix_pages() const { return (suffix + page_size - 1) / page_size; }
   // Pages of one input set: the shared prefix, every suffix, every request's private prefix.
   std::int64_t set_pages() const {
     return prefix_pages() + std::int64_t(batch) * (suffix_pages() + prefix_pages());
@@ -133,8 +137,8 @@ double reference_error(const Config& c, int b, const std::vector<std::int32_t>& 
     const std::int64_t q0 = (std::int64_t(b) * kHeadsQ + h) * kDim;
     double m = -1e300;
     for (int t = 0; t < n; ++t) {
-      const std::int64_t page = table[std::size_t(b * table_cols + t / kPage)];
-      const std::int64_t row = (page * kPage + t % kPage) * kTokenElems;  // KV head 0
+      const std::int64_t page = table[std::size_t(b * table_cols + t / page_size)];
+      const std::int64_t row = (page * page_size + t % page_size) * kTokenElems;  // KV head 0
       double dot = 0;
       for (int e = 0; e < kDim; ++e)
         dot += bf16_value(q0 + e, kSeedQ) * bf16_value(row + e, kSeedK);
@@ -146,8 +150,9 @@ double reference_error(const Config& c, int b, const std::vector<std::int32_t>& 
     for (int e = 0; e < kDim; ++e) {
       double o = 0;
       for (int t = 0; t < n; ++t) {
-        const std::int64_t page = table[std::size_t(b * table_cols + t / kPage)];
-        o += s[std::size_t(t)] * bf16_value((page * kPage + t % kPage) * kTokenElems + e, kSeedV);
+        const std::int64_t page = table[std::size_t(b * table_cols + t / page_size)];
+        o += s[std::size_t(t)] *
+             bf16_value((page * page_size + t % page_size) * kTokenElems + e, kSeedV);
       }
       worst = std::max(worst, std::abs(o / l - bf16_bits(out[std::size_t(q0 + e)])));
     }
@@ -162,8 +167,8 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
       std::int64_t(c.prefix + std::int64_t(c.batch) * c.suffix) * kTokenElems * 2 * 2;
   const int sets = int(std::clamp(std::ceil(3 * l2_bytes / double(unique_bytes)), 1.0, 4.0));
   const std::int64_t num_pages = sets * c.set_pages();
-  const std::int64_t pool_elems = num_pages * kPage * kTokenElems;
-  const std::int64_t page_bytes = std::int64_t(kPage) * kTokenElems * 2;
+  const std::int64_t pool_elems = num_pages * page_size * kTokenElems;
+  const std::int64_t page_bytes = std::int64_t(page_size) * kTokenElems * 2;
   Buffer k(std::size_t(pool_elems) * 2), v(std::size_t(pool_elems) * 2);
   fill_bf16<<<2048, 256, 0, stream>>>(k.as<__nv_bfloat16>(), pool_elems, kSeedK);
   fill_bf16<<<2048, 256, 0, stream>>>(v.as<__nv_bfloat16>(), pool_elems, kSeedV);
@@ -221,8 +226,8 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
   Buffer out_paged(std::size_t(q_elems) * 2), out_cascade(std::size_t(q_elems) * 2);
 
   const Tensor q_t(q.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
-  const Tensor k_t(k.p, DType::bf16, {num_pages, kPage, kHeadsKv, kDim}, dev);
-  const Tensor v_t(v.p, DType::bf16, {num_pages, kPage, kHeadsKv, kDim}, dev);
+  const Tensor k_t(k.p, DType::bf16, {num_pages, page_size, kHeadsKv, kDim}, dev);
+  const Tensor v_t(v.p, DType::bf16, {num_pages, page_size, kHeadsKv, kDim}, dev);
   auto paged_call = [&](int s, const Buffer& tables, void* out) {
     flashkit::PagedAttentionArgs a;
     a.q = q_t;
@@ -368,9 +373,9 @@ struct PrefillRow {
 
 std::vector<PrefillRow> run_prefill_config(int batch, int kv_len, int q_len, cudaStream_t stream) {
   const Device dev = Device::cuda(0);
-  const int pages = kv_len / kPage;
+  const int pages = kv_len / page_size;
   const std::int64_t num_pages = std::int64_t(batch) * pages;
-  const std::int64_t pool_elems = num_pages * kPage * kTokenElems;
+  const std::int64_t pool_elems = num_pages * page_size * kTokenElems;
   Buffer k(std::size_t(pool_elems) * 2), v(std::size_t(pool_elems) * 2);
   fill_bf16<<<2048, 256, 0, stream>>>(k.as<__nv_bfloat16>(), pool_elems, kSeedK);
   fill_bf16<<<2048, 256, 0, stream>>>(v.as<__nv_bfloat16>(), pool_elems, kSeedV);
@@ -390,8 +395,8 @@ std::vector<PrefillRow> run_prefill_config(int batch, int kv_len, int q_len, cud
     flashkit::PagedAttentionArgs a;
     a.q = Tensor(q.p, DType::bf16, {batch, q_len, kHeadsQ, kDim}, dev);
     a.out = Tensor(out, DType::bf16, {batch, q_len, kHeadsQ, kDim}, dev);
-    a.kv.k_pages = Tensor(k.p, DType::bf16, {num_pages, kPage, kHeadsKv, kDim}, dev);
-    a.kv.v_pages = Tensor(v.p, DType::bf16, {num_pages, kPage, kHeadsKv, kDim}, dev);
+    a.kv.k_pages = Tensor(k.p, DType::bf16, {num_pages, page_size, kHeadsKv, kDim}, dev);
+    a.kv.v_pages = Tensor(v.p, DType::bf16, {num_pages, page_size, kHeadsKv, kDim}, dev);
     a.kv.block_table = Tensor(d_table.p, DType::i32, {batch, pages}, dev);
     a.kv.seq_lens = Tensor(d_lens.p, DType::i32, {batch}, dev);
     a.mask.causal = true;
@@ -454,18 +459,23 @@ int main(int argc, char** argv) {
       dir = argv[++i];
     } else if (a == "--commit" && i + 1 < argc) {
       commit = argv[++i];
+    } else if (a == "--page" && i + 1 < argc && std::sscanf(argv[i + 1], "%d", &page_size) == 1 &&
+               page_size >= 1 && page_size <= 256 && (page_size & (page_size - 1)) == 0) {
+      ++i;
     } else if (a == "--config" && i + 1 < argc &&
                std::sscanf(argv[i + 1], "%d,%d,%d", &c.batch, &c.prefix, &c.suffix) == 3 &&
-               c.batch > 0 && c.prefix >= 0 && c.prefix % kPage == 0 && c.suffix > 0) {
+               c.batch > 0 && c.prefix >= 0 && c.prefix % page_size == 0 && c.suffix > 0) {
       if (!chosen) configs.clear();
       chosen = true;
       configs.push_back(c);
       ++i;
     } else {
-      std::fprintf(stderr,
-                   "usage: %s --out DIR [--commit SHA] [--config BATCH,PREFIX,SUFFIX ...]\n"
-                   "  (PREFIX a multiple of %d, SUFFIX >= 1)\n",
-                   argv[0], kPage);
+      std::fprintf(
+          stderr,
+          "usage: %s --out DIR [--commit SHA] [--page N] [--config BATCH,PREFIX,SUFFIX ...]\n"
+          "  (N a power of two <= 256, given before --config; PREFIX a multiple of %d,\n"
+          "  SUFFIX >= 1)\n",
+          argv[0], page_size);
       return 2;
     }
   }
@@ -504,7 +514,7 @@ int main(int argc, char** argv) {
       const double gbs = r.kv_bytes / (r.ms * 1e-3) / 1e9;
       f << (i ? ",\n  " : "\n  ") << "{\"impl\": \"" << r.impl
         << "\", \"config\": {\"batch\": " << r.c.batch << ", \"prefix\": " << r.c.prefix
-        << ", \"suffix\": " << r.c.suffix << ", \"page_size\": " << kPage
+        << ", \"suffix\": " << r.c.suffix << ", \"page_size\": " << page_size
         << ", \"dtype\": \"bf16\", \"heads_q\": " << kHeadsQ << ", \"heads_kv\": " << kHeadsKv
         << ", \"d\": " << kDim << ", \"q_len\": 1}, \"graph\": true, \"ms\": " << r.ms
         << ", \"gbs\": " << gbs << ", \"kv_bytes\": " << r.kv_bytes
@@ -537,7 +547,7 @@ int main(int argc, char** argv) {
       const PrefillRow& r = prefill[i];
       g << (i ? ",\n  " : "\n  ") << "{\"impl\": \"" << r.impl
         << "\", \"config\": {\"batch\": " << r.batch << ", \"kv_len\": " << r.kv_len
-        << ", \"q_len\": " << r.q_len << ", \"page_size\": " << kPage
+        << ", \"q_len\": " << r.q_len << ", \"page_size\": " << page_size
         << ", \"dtype\": \"bf16\", \"heads_q\": " << kHeadsQ << ", \"heads_kv\": " << kHeadsKv
         << ", \"d\": " << kDim << ", \"causal\": true}, \"graph\": true, \"ms\": " << r.ms
         << ", \"tflops\": " << r.tflops
