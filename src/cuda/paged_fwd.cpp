@@ -112,9 +112,6 @@ std::string sm90_unsupported(const core::PagedDims& d, const PagedFwdOptions& o,
   if (!sm90::fwd_has_head_dim(int(d.head_dim))) {
     return "head dim not in " + sm90::fwd_head_dims_text() + " for the sm90 kernel";
   }
-  // Boxes of fewer than 16 slots would cost the producer thread 8+ copies per 64-column slab of
-  // every 128-key block.
-  if (d.page_size < 16) return "pages of fewer than 16 slots for the sm90 kernel";
   if (o.pack_gqa && 128 % d.group() != 0) return "a GQA group not dividing 128 for the sm90 kernel";
   return "";
 #else
@@ -125,9 +122,16 @@ std::string sm90_unsupported(const core::PagedDims& d, const PagedFwdOptions& o,
 #endif
 }
 
+// Pages up to which the sm90 kernel copies K and V row by row with cp.async rather than in TMA
+// boxes of one page (H200, paged prefill over 4096 cached tokens, d 128, per 128-key block:
+// pages of 16 boxes 3.3 us, rows 2.9; pages of 64 boxes 1.9 us, rows 2.9; of 256 boxes 1.85;
+// docs/kernels/cascade.md, v7).
+constexpr std::int64_t kSm90RowCopyMaxPage = 16;
+
 // Rows per K / V box of the sm90 kernel: the largest power of two dividing the page, the block
-// and the split, so that no box crosses a page.
+// and the split, so that no box crosses a page; 0 where rows are copied instead.
 int sm90_box_rows(const core::PagedDims& d, const PagedFwdOptions& o, int block_n) {
+  if (d.page_size <= kSm90RowCopyMaxPage) return 0;
   int rows = std::gcd(int(std::min<std::int64_t>(d.page_size, 256)), block_n);
   if (o.key_splits > 1) rows = std::gcd(rows, o.split_keys);
   return rows;

@@ -379,8 +379,8 @@ PagedSpec forward_spec(DType dtype, std::int64_t page_size, std::int64_t group,
   return s;
 }
 
-// The sm90 kernel runs on compute capability 9.0 only (in builds with sm_90a), and on pages of
-// >= 16 slots: where it cannot run a case, the reason it gives is checked instead.
+// The sm90 kernel runs on compute capability 9.0 only (in builds with sm_90a), every page size
+// included: where it cannot run a case, it must be another device.
 bool sm90_runs(const PagedCase& c, const PagedSpec& spec) {
   HostTensor out(spec.q_dtype, c.out_shape());
   const DevicePaged dev(c);
@@ -395,11 +395,7 @@ bool sm90_runs(const PagedCase& c, const PagedSpec& spec) {
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
   if (why == "the sm90 kernel in a build without sm_90a") return false;  // none to compare
-  if (10 * major + minor == 90 && spec.page_size < 16) {
-    EXPECT_EQ("pages of fewer than 16 slots for the sm90 kernel", why);
-  } else {
-    EXPECT_NE(10 * major + minor, 90) << "the sm90 kernel refused: " << why;
-  }
+  EXPECT_NE(10 * major + minor, 90) << "the sm90 kernel refused: " << why;
   return false;
 }
 

@@ -36,6 +36,14 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint64_t* bar, st
                : "memory");
 }
 
+// Arrives once every cp.async this thread issued before it has landed (cp.async's own completion
+// mechanism, sm80+). .noinc: the arrival is one of the `arrivals` the barrier was initialised
+// with, so a stage filled by N threads' cp.async is a barrier of N arrivals.
+__device__ __forceinline__ void cp_async_mbarrier_arrive(std::uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar))
+               : "memory");
+}
+
 // True once the phase with this parity has completed. Gives up after a hardware time limit and
 // returns false, so callers loop (mbarrier_wait).
 __device__ __forceinline__ bool mbarrier_try_wait(std::uint64_t* bar, std::uint32_t parity) {

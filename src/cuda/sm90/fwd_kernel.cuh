@@ -22,6 +22,7 @@
 #include "cuda/sm90/fwd_kv_source.cuh"
 #include "cuda/sm90/fwd_mainloop.cuh"
 #include "cuda/sm90/fwd_maps.hpp"
+#include "cuda/sm90/fwd_paged_rows.cuh"
 #include "cuda/sm90/fwd_producer.cuh"
 #include "cuda/sm90/fwd_tile_scheduler.cuh"
 #include "cuda/sm90/fwd_tile_shape.hpp"
@@ -52,8 +53,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       ptx::mbarrier_init(&bar.q_empty[b], T::kConsumers);  // one elected thread per warpgroup
     }
     for (int s = 0; s < T::kStages; ++s) {
-      ptx::mbarrier_init(&bar.k_full[s], 1);
-      ptx::mbarrier_init(&bar.v_full[s], 1);
+      ptx::mbarrier_init(&bar.k_full[s], Source::kProducerThreads);
+      ptx::mbarrier_init(&bar.v_full[s], Source::kProducerThreads);
       ptx::mbarrier_init(&bar.k_empty[s], T::kConsumerThreads);
       ptx::mbarrier_init(&bar.v_empty[s], T::kConsumerThreads);
     }
@@ -65,7 +66,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<T::kProducerRegs>();
-    if (threadIdx.x == 0) fwd_producer<T, kPersistent>(p, maps, src, smem, bar);
+    if constexpr (Source::kProducerThreads == 1) {
+      if (threadIdx.x == 0) fwd_producer<T, kPersistent>(p, maps, src, smem, bar, 0);
+    } else {
+      static_assert(Source::kProducerThreads == 128, "one thread or the whole warpgroup");
+      fwd_producer<T, kPersistent>(p, maps, src, smem, bar, int(threadIdx.x));
+    }
     return;
   }
   ptx::warpgroup_reg_alloc<T::kConsumerRegs>();
@@ -90,8 +96,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       const sm80::KvBlockRange range = sm80::kv_block_range(
           p.mask, tile.row_begin, tile.row_end - 1, tile.span.len_q, tile.span.len_k, T::kBlockN);
       if (range.first() >= 0) {
-        fwd_consumer_mainloop<T>(p, tile, range, smem, ptx::smem_address(q), &bar.q_full[buffer],
-                                 q_parity, bar, tid, consumer, blocks, acc);
+        fwd_consumer_mainloop<T, Source::kKvThroughGenericProxy>(
+            p, tile, range, smem, ptx::smem_address(q), &bar.q_full[buffer], q_parity, bar, tid,
+            consumer, blocks, acc);
       } else {
         ptx::mbarrier_wait(&bar.q_full[buffer], q_parity);  // the producer's turn of the buffer
       }
@@ -155,10 +162,11 @@ void launch_fwd(const FwdParams& p, const FwdMaps& maps, FwdShape shape, int mul
   launch_fwd_with<Elem, kHeadDim, b.consumers, b.block_n>(p, maps, multiprocessors, stream);
 }
 
-// K and V from cache pages: one CTA per tile (the grid as without persistence), in the shape
-// fwd_paged_shape gives; p.seqlen_k only bounds the sequences' key counts.
-template <class Elem, int kHeadDim>
-void launch_fwd_paged(const FwdParams& p, const FwdMaps& maps, const PagedSource& src,
+// K and V from cache pages (PagedSource or PagedRowSource): one CTA per tile (the grid as
+// without persistence), in the shape fwd_paged_shape gives; p.seqlen_k only bounds the
+// sequences' key counts.
+template <class Elem, int kHeadDim, class Source>
+void launch_fwd_paged(const FwdParams& p, const FwdMaps& maps, const Source& src,
                       cudaStream_t stream) {
   constexpr FwdShape s = fwd_paged_shape(kHeadDim);
   using T = FwdTraits<Elem, kHeadDim, s.consumers, s.block_n>;
@@ -166,8 +174,7 @@ void launch_fwd_paged(const FwdParams& p, const FwdMaps& maps, const PagedSource
   check_units<T>(p);
   const dim3 grid(unsigned(FwdWalk<T::kBlockM, false>(p).q_tiles), unsigned(p.heads_q),
                   unsigned(p.batch));
-  launch_grid(fwd_kernel<T, false, PagedSource>, grid, T::kThreads, T::kSmemBytes, p, maps, src,
-              stream);
+  launch_grid(fwd_kernel<T, false, Source>, grid, T::kThreads, T::kSmemBytes, p, maps, src, stream);
 }
 
 }  // namespace flashkit::cuda::sm90

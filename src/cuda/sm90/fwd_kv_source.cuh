@@ -7,12 +7,19 @@
 //                     kBlockN / box_rows boxes per slab, box i from page
 //                     block_table[key_i >> page_shift] at slot key_i & (page_size - 1). box_rows
 //                     divides the page size, the block and the split (paged_fwd.cpp), so no box
-//                     crosses a page. Key splits and GQA packing as in sm80/kv_source.cuh.
-// Both copy whole boxes, and TMA zero-fills what lies outside a map. What lies inside it but past
-// the sequence is a cache slot of the sequence's last page that holds no token yet (NaN in the
-// tests): K there only gives scores the key mask replaces, but V there would meet P = 0 in the
-// P V product, and 0 x NaN is NaN. So the paged producer zeroes those V rows (load_kv with a
-// ProducerFix).
+//                     crosses a page. Pages of >= 32 tokens.
+//   PagedRowSource    the same pages row by row with cp.async (fwd_paged_rows.cuh): pages of
+//                     <= 16 tokens, where a box per page costs the TMA unit more than the rows.
+// The paged sources share PagedSourceCommon: key splits and GQA packing as in
+// sm80/kv_source.cuh. Every source copies whole boxes or rows, and TMA zero-fills what lies
+// outside a map. What lies inside it but past the sequence is a cache slot of the sequence's last
+// page that holds no token yet (NaN in the tests): K there only gives scores the key mask
+// replaces, but V there would meet P = 0 in the P V product, and 0 x NaN is NaN. So the paged
+// producers zero those V rows (PagedSource: load_kv with a ProducerFix; PagedRowSource: cp.async's
+// zero fill).
+// Traits of a source: kProducerThreads, the producer warpgroup's threads that issue K and V
+// copies (a stage's full barrier takes one arrival from each); kKvThroughGenericProxy, whether
+// those copies are generic-proxy writes (cp.async) that the consumers fence before wgmma.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +55,13 @@ struct ProducerFix {
   int uses;
 };
 
+// The operand a K/V copy fills.
+enum class KvOperand { k, v };
+
 struct ContiguousSource {
+  static constexpr int kProducerThreads = 1;
+  static constexpr bool kKvThroughGenericProxy = false;
+
   // A tile's keys: where its sequence's K / V rows start in the maps.
   struct Keys {
     int head_kv, k_start, batch;
@@ -70,11 +83,11 @@ struct ContiguousSource {
   }
   // Block n of K (or V) into a stage; `bar` completes when it has landed.
   template <class T>
-  __device__ __forceinline__ void load_kv(unsigned char* dst, const CUtensorMap& map,
-                                          std::uint64_t* bar, const Keys& k, int n,
-                                          ProducerFix*) const {
+  __device__ __forceinline__ void load_kv(unsigned char* dst, const FwdMaps& maps, KvOperand op,
+                                          std::uint64_t* bar, const Keys& k, int n, ProducerFix*,
+                                          int /*thread*/) const {
     ptx::mbarrier_arrive_expect_tx(bar, T::kKvBytes);
-    load_slabs<T, 4>(dst, T::kBlockN, map, bar,
+    load_slabs<T, 4>(dst, T::kBlockN, op == KvOperand::k ? maps.k : maps.v, bar,
                      {0, k.head_kv, k.k_start + n * T::kBlockN, k.batch});
   }
   __device__ __forceinline__ std::int64_t row_offset(const core::TokenLayout& lay,
@@ -85,10 +98,8 @@ struct ContiguousSource {
   __device__ __forceinline__ bool rows_are_tokens() const { return true; }
 };
 
-struct PagedSource {
+struct PagedSourceCommon {
   sm80::PagedKvParams kv;
-  int box_rows;   // rows per K / V box: divides the page size, kBlockN and split_keys
-  int num_pages;  // the maps' page extent: a box at this page is all zeros
 
   struct Keys {
     const std::int32_t* table;  // the cache sequence's block-table row
@@ -115,7 +126,7 @@ struct PagedSource {
 
   // Packed or not, q is viewed as [batch, q_len, heads_kv, q_pack, d] (fwd_maps.cpp): row R of a
   // tile is token R / q_pack of query head head * q_pack + R % q_pack, which one box per slab
-  // lays out as [tokens][q_pack] rows.
+  // lays out as [tokens][q_pack] rows. Called by producer thread 0.
   template <class T>
   __device__ __forceinline__ void load_q(unsigned char* dst, const FwdParams&, const FwdMaps& maps,
                                          std::uint64_t* bar, const sm80::FwdTile& tile) const {
@@ -123,11 +134,30 @@ struct PagedSource {
                      {0, 0, tile.head, tile.row_begin / kv.q_pack, tile.batch / kv.key_splits});
   }
 
+  __device__ __forceinline__ std::int64_t row_offset(const core::TokenLayout& lay,
+                                                     const sm80::FwdTile& tile, int row) const {
+    return core::element_offset(lay, tile.batch, tile.span.q_start, row / kv.q_pack,
+                                tile.head * kv.q_pack + row % kv.q_pack);
+  }
+  // A TMA store of O needs its rows to be one head's tokens of one sequence's output.
+  __device__ __forceinline__ bool rows_are_tokens() const {
+    return kv.q_pack == 1 && kv.key_splits == 1;
+  }
+};
+
+struct PagedSource : PagedSourceCommon {
+  static constexpr int kProducerThreads = 1;
+  static constexpr bool kKvThroughGenericProxy = false;
+
+  int box_rows;   // rows per K / V box: divides the page size, kBlockN and split_keys
+  int num_pages;  // the maps' page extent: a box at this page is all zeros
+
   // fix given (V): rows past the sequence's end inside its last page become zeros (see the top).
   template <class T>
-  __device__ __forceinline__ void load_kv(unsigned char* dst, const CUtensorMap& map,
+  __device__ __forceinline__ void load_kv(unsigned char* dst, const FwdMaps& maps, KvOperand op,
                                           std::uint64_t* bar, const Keys& k, int n,
-                                          ProducerFix* fix) const {
+                                          ProducerFix* fix, int /*thread*/) const {
+    const CUtensorMap& map = op == KvOperand::k ? maps.k : maps.v;
     const int key0 = k.first + n * T::kBlockN;
     const int boxes = T::kBlockN / box_rows;
     const std::uint32_t box_bytes = std::uint32_t(box_rows) * T::kSlabs * T::kSlabBytesPerRow;
@@ -156,16 +186,6 @@ struct PagedSource {
     for (int i = 0; i < boxes; ++i) {
       if (i != partial) load_box<T>(dst, map, bar, k, key0, i);
     }
-  }
-
-  __device__ __forceinline__ std::int64_t row_offset(const core::TokenLayout& lay,
-                                                     const sm80::FwdTile& tile, int row) const {
-    return core::element_offset(lay, tile.batch, tile.span.q_start, row / kv.q_pack,
-                                tile.head * kv.q_pack + row % kv.q_pack);
-  }
-  // A TMA store of O needs its rows to be one head's tokens of one sequence's output.
-  __device__ __forceinline__ bool rows_are_tokens() const {
-    return kv.q_pack == 1 && kv.key_splits == 1;
   }
 
  private:

@@ -109,10 +109,19 @@ __device__ __forceinline__ void to_probs(std::uint32_t (&probs)[T::kBlockN / 16]
   for (int kk = 0; kk < T::kBlockN / 16; ++kk) sm80::probs_as_a<T>(probs[kk], s, 0, kk);
 }
 
+// Waits for a K or V stage. Copies written through the generic proxy (PagedRowSource's
+// cp.async) are made visible to wgmma's async-proxy reads by a proxy fence after the wait.
+template <bool kGenericProxy>
+__device__ __forceinline__ void wait_stage(std::uint64_t* full, std::uint32_t parity) {
+  ptx::mbarrier_wait(full, parity);
+  if constexpr (kGenericProxy) ptx::fence_proxy_async();
+}
+
 // tid: the thread among the consumer threads (0 .. kConsumerThreads - 1). q: the tile's Q
 // buffer, which has landed once q_full completes its phase q_parity. blocks: the CTA's count of
 // blocks so far, which gives each block's stage and phase; advanced by the tile's.
-template <class T>
+// kKvGenericProxy: K and V arrive through cp.async (fwd_paged_rows.cuh).
+template <class T, bool kKvGenericProxy>
 __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const sm80::FwdTile& tile,
                                                       const sm80::KvBlockRange& range,
                                                       unsigned char* smem, std::uint32_t q,
@@ -141,7 +150,7 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
   int n = range.first();
   int it = blocks;
   ptx::mbarrier_wait(q_full, q_parity);
-  ptx::mbarrier_wait(&bar.k_full[it % T::kStages], parity(it));
+  wait_stage<kKvGenericProxy>(&bar.k_full[it % T::kStages], parity(it));
   ptx::wgmma_fence();
   issue_qk<T>(s, c, it % T::kStages);
   ptx::wgmma_wait<0>();
@@ -154,8 +163,8 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
   for (++it; next >= 0; ++it) {
     const int k_stage = it % T::kStages, v_stage = (it - 1) % T::kStages;
     const int after = range.next(next);
-    ptx::mbarrier_wait(&bar.k_full[k_stage], parity(it));
-    ptx::mbarrier_wait(&bar.v_full[v_stage], parity(it - 1));
+    wait_stage<kKvGenericProxy>(&bar.k_full[k_stage], parity(it));
+    wait_stage<kKvGenericProxy>(&bar.v_full[v_stage], parity(it - 1));
     ptx::named_barrier_sync(my_turn, 256);
     ptx::wgmma_fence();
     issue_qk<T>(s, c, k_stage);
@@ -176,7 +185,7 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
 
   // The last block's P V (its count is it - 1).
   const int v_stage = (it - 1) % T::kStages;
-  ptx::mbarrier_wait(&bar.v_full[v_stage], parity(it - 1));
+  wait_stage<kKvGenericProxy>(&bar.v_full[v_stage], parity(it - 1));
   ptx::wgmma_fence();
   issue_pv<T>(acc, probs, c, v_stage);
   ptx::wgmma_wait<0>();

@@ -83,8 +83,8 @@ FwdMaps make_paged_fwd_maps(const PagedAttentionArgs& a, int q_pack, int block_m
                             bool store_out) {
   FwdMaps m;
   m.q = packed_q_map(a.q, std::uint64_t(q_pack), std::uint32_t(block_m));
-  m.k = page_map(a.kv.k_pages, std::uint32_t(box_rows));
-  m.v = page_map(a.kv.v_pages, std::uint32_t(box_rows));
+  m.k = box_rows > 0 ? page_map(a.kv.k_pages, std::uint32_t(box_rows)) : CUtensorMap{};
+  m.v = box_rows > 0 ? page_map(a.kv.v_pages, std::uint32_t(box_rows)) : CUtensorMap{};
   m.out = store_out ? map_of(a.out, false, 64) : CUtensorMap{};
   return m;
 }

@@ -20,8 +20,9 @@ struct FwdMaps {
 FwdMaps make_fwd_maps(const AttentionArgs& a, const core::ProblemDims& d, int block_m, int block_n);
 
 // A paged call (fwd_kv_source.cuh): q as [batch, q_len, heads_q / q_pack, q_pack, d] in boxes of
-// block_m / q_pack tokens x q_pack heads; K and V pages in boxes of box_rows slots of one head;
-// out (store_out: O has q's dtype and unpacked rows) as in make_fwd_maps.
+// block_m / q_pack tokens x q_pack heads; K and V pages in boxes of box_rows slots of one head
+// (none for box_rows 0: rows copied by cp.async); out (store_out: O has q's dtype and unpacked
+// rows) as in make_fwd_maps.
 FwdMaps make_paged_fwd_maps(const PagedAttentionArgs& a, int q_pack, int block_m, int box_rows,
                             bool store_out);
 

@@ -11,6 +11,7 @@
 #include "cuda/common/device.hpp"
 #include "cuda/sm90/fwd_kv_source.cuh"
 #include "cuda/sm90/fwd_maps.hpp"
+#include "cuda/sm90/fwd_paged_rows.cuh"
 #include "cuda/sm90/fwd_tile_shape.hpp"
 
 namespace flashkit::cuda::sm90 {
@@ -18,8 +19,8 @@ namespace flashkit::cuda::sm90 {
 template <class Elem, int kHeadDim>
 void launch_fwd(const FwdParams& p, const FwdMaps& maps, FwdShape shape, int multiprocessors,
                 cudaStream_t stream);  // fwd_kernel.cuh
-template <class Elem, int kHeadDim>
-void launch_fwd_paged(const FwdParams& p, const FwdMaps& maps, const PagedSource& src,
+template <class Elem, int kHeadDim, class Source>
+void launch_fwd_paged(const FwdParams& p, const FwdMaps& maps, const Source& src,
                       cudaStream_t stream);  // fwd_kernel.cuh
 
 namespace {
@@ -88,9 +89,15 @@ void fwd_paged(const PagedAttentionArgs& a, const FwdParams& p, const sm80::Page
   const FwdShape shape = fwd_paged_shape(p.head_dim);
   const bool store_out = p.out_dtype == p.in_dtype && kv.q_pack == 1 && kv.key_splits == 1;
   const FwdMaps maps = make_paged_fwd_maps(a, kv.q_pack, 64 * shape.consumers, box_rows, store_out);
-  const PagedSource src{kv, box_rows, int(a.kv.k_pages.size(0))};
   with_elem_and_head_dim(p, [&](auto elem, auto head_dim) {
-    launch_fwd_paged<decltype(elem), decltype(head_dim)::value>(p, maps, src, stream);
+    using Elem = decltype(elem);
+    constexpr int kHeadDim = decltype(head_dim)::value;
+    if (box_rows == 0) {
+      launch_fwd_paged<Elem, kHeadDim>(p, maps, PagedRowSource{{kv}}, stream);
+    } else {
+      launch_fwd_paged<Elem, kHeadDim>(
+          p, maps, PagedSource{{kv}, box_rows, int(a.kv.k_pages.size(0))}, stream);
+    }
   });
 }
 

@@ -23,9 +23,10 @@ std::string fwd_head_dims_text();  // "{64, 128, 256}" for error messages and `f
 void fwd(const AttentionArgs& a, const core::ProblemDims& d, const FwdParams& p,
          cudaStream_t stream);
 
-// Over cache pages (fwd_kv_source.cuh), for cuda/paged_fwd.cpp, which checks what fwd does and
-// more: page size >= 16, box_rows = a power of two dividing the page size, fwd_paged_block_n
-// and (with key splits) split_keys; a GQA pack dividing 128.
+// Over cache pages, for cuda/paged_fwd.cpp, which checks what fwd does and more: a GQA pack
+// dividing 128 and box_rows, either 0 (rows by cp.async: fwd_paged_rows.cuh) or a power of two
+// dividing the page size, fwd_paged_block_n and (with key splits) split_keys (TMA boxes:
+// fwd_kv_source.cuh).
 int fwd_paged_block_n(int head_dim);
 void fwd_paged(const PagedAttentionArgs& a, const FwdParams& p, const sm80::PagedKvParams& kv,
                int box_rows, cudaStream_t stream);
