@@ -106,27 +106,37 @@ int capability_of(const Tensor& q) {
 }
 
 // What the sm90 kernel needs beyond what both take; "" when it runs the call.
-std::string sm90_unsupported(const core::PagedDims& d, const PagedFwdOptions& o, int capability) {
+// Pages up to which the sm90 kernel copies K and V row by row with cp.async rather than in TMA
+// boxes of one page (H200, paged prefill over 4096 cached tokens, d 128, per 128-key block:
+// pages of 16 boxes 3.3 us, rows 2.9; pages of 64 boxes 1.9 us, rows 2.9; of 256 boxes 1.85;
+// docs/kernels/cascade.md, v7).
+constexpr std::int64_t kSm90RowCopyMaxPage = 16;
+
+std::string sm90_unsupported(const PagedAttentionArgs& a, const core::PagedDims& d,
+                             const PagedFwdOptions& o, int capability) {
 #if FLASHKIT_HAVE_SM90
   if (capability != 90) return "the sm90 kernel on a device of compute capability != 9.0";
   if (!sm90::fwd_has_head_dim(int(d.head_dim))) {
     return "head dim not in " + sm90::fwd_head_dims_text() + " for the sm90 kernel";
   }
   if (o.pack_gqa && 128 % d.group() != 0) return "a GQA group not dividing 128 for the sm90 kernel";
+  // The row copies (sm90/fwd_paged_rows.cuh) offset a head's rows in 32-bit arithmetic.
+  if (d.page_size <= kSm90RowCopyMaxPage) {
+    for (const Tensor* t : {&a.kv.k_pages, &a.kv.v_pages}) {
+      if ((t->size(2) - 1) * t->stride(2) + t->size(3) > INT_MAX) {
+        return "pages of <= 16 tokens whose heads lie 2^31 elements apart for the sm90 kernel";
+      }
+    }
+  }
   return "";
 #else
+  (void)a;
   (void)d;
   (void)o;
   (void)capability;
   return "the sm90 kernel in a build without sm_90a";
 #endif
 }
-
-// Pages up to which the sm90 kernel copies K and V row by row with cp.async rather than in TMA
-// boxes of one page (H200, paged prefill over 4096 cached tokens, d 128, per 128-key block:
-// pages of 16 boxes 3.3 us, rows 2.9; pages of 64 boxes 1.9 us, rows 2.9; of 256 boxes 1.85;
-// docs/kernels/cascade.md, v7).
-constexpr std::int64_t kSm90RowCopyMaxPage = 16;
 
 // Rows per K / V box of the sm90 kernel: the largest power of two dividing the page, the block
 // and the split, so that no box crosses a page; 0 where rows are copied instead.
@@ -157,8 +167,8 @@ bool paged_fwd_preferred(const PagedAttentionArgs& a, const core::PagedDims& d) 
 PagedFwdKernel paged_fwd_kernel(const PagedAttentionArgs& a, const core::PagedDims& d,
                                 const PagedFwdOptions& o) {
   if (o.kernel != PagedFwdKernel::automatic) return o.kernel;
-  return sm90_unsupported(d, o, capability_of(a.q)).empty() ? PagedFwdKernel::sm90
-                                                            : PagedFwdKernel::sm80;
+  return sm90_unsupported(a, d, o, capability_of(a.q)).empty() ? PagedFwdKernel::sm90
+                                                               : PagedFwdKernel::sm80;
 }
 
 std::string paged_fwd_unsupported(const PagedAttentionArgs& a, const core::PagedDims& d,
@@ -199,7 +209,7 @@ std::string paged_fwd_unsupported(const PagedAttentionArgs& a, const core::Paged
   }
   if (o.pack_gqa && positional) return "GQA packing with a positional mask";
   if (d.batch * o.key_splits > 65535) return "more than 65535 sequences * key splits";
-  if (o.kernel == PagedFwdKernel::sm90) return sm90_unsupported(d, o, capability);
+  if (o.kernel == PagedFwdKernel::sm90) return sm90_unsupported(a, d, o, capability);
   return "";
 }
 

@@ -30,8 +30,9 @@ struct PagedRowSource : PagedSourceCommon {
   // `thread % kChunks` of rows r0, r0 + kRowsPerPass, ... Each row's page id is read once per
   // warp, by the lane that the row's pass and place in the warp name, and passed on with a
   // shuffle: one read latency per block instead of one per row (a block's ids are in one or two
-  // 128-byte lines). Strides fit 31 bits (cuda/paged_fwd.cpp checks), so each row's address is
-  // two 32 x 32 -> 64-bit multiply-adds.
+  // 128-byte lines). Strides, and a head's offset, fit 31 bits (cuda/paged_fwd.cpp checks and
+  // sends other calls to the sm80 kernel), so each row's address is two 32 x 32 -> 64-bit
+  // multiply-adds.
   template <class T>
   __device__ __forceinline__ void load_kv(unsigned char* dst, const FwdMaps&, KvOperand op,
                                           std::uint64_t* bar, const Keys& k, int n, ProducerFix*,
