@@ -16,7 +16,7 @@ namespace flashkit::cuda::decode {
 
 // CTA shapes (warps per CTA) the dispatch picks from (paged_attention.cu: the most warps per SM
 // that still run the whole grid in one wave).
-using MmaWarpCounts = std::integer_sequence<int, 2, 3, 4>;
+using MmaWarpCounts = std::integer_sequence<int, 2, 3, 4, 8>;
 // Head dims on tensor cores; d 256 stays on the CUDA-core kernel (q as hi + lo and O^T alone
 // would take 128 registers per lane, and it spills).
 using MmaHeadDims = std::integer_sequence<int, 64, 128>;

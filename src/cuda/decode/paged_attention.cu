@@ -139,7 +139,7 @@ int mma_warps(const core::PagedDims& d, DType kv, std::int64_t ctas, const Devic
     return choice[3] - '0';
   }
   if (choice != "mma") {
-    core::fail("FLASHKIT_DECODE_KERNEL", "cuda_cores, mma, mma2, mma3 or mma4 (or unset)", choice);
+    core::fail("FLASHKIT_DECODE_KERNEL", "cuda_cores, mma, mma2, mma3, mma4 or mma8 (or unset)", choice);
   }
   int sms = 0;
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device.index),

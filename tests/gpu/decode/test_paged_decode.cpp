@@ -169,9 +169,9 @@ class KernelChoice {
 };
 
 // The tests above run the default choice (tensor cores for d 64 and 128, mostly 4 warps on
-// their small grids); here each kernel by name: the CUDA-core v2, and v3 with 2, 3 and 4 warps.
+// their small grids); here each kernel by name: the CUDA-core v2, and v3 with 2, 3, 4 and 8 warps.
 TEST(PagedDecode, EveryKernelMatchesOracle) {
-  for (const char* kernel : {"cuda_cores", "mma2", "mma3", "mma4"}) {
+  for (const char* kernel : {"cuda_cores", "mma2", "mma3", "mma4", "mma8"}) {
     SCOPED_TRACE(kernel);
     const KernelChoice choice(kernel);
     for (DType kv : {DType::bf16, DType::f16, DType::e4m3}) {
@@ -210,7 +210,7 @@ TEST(PagedDecode, EveryKernelMatchesOracle) {
 // outputs (the f32 bound is the tight one).
 TEST(PagedDecode, SmallValuePagesKeepTheirPrecision) {
   const std::vector<std::vector<double>> amplitudes = {{1e-3}, {1e-4}, {1e-4, 1.0, 1e-2}};
-  for (const char* kernel : {"cuda_cores", "mma2", "mma4"}) {
+  for (const char* kernel : {"cuda_cores", "mma2", "mma4", "mma8"}) {
     SCOPED_TRACE(kernel);
     const KernelChoice choice(kernel);
     for (const std::vector<double>& v_amplitudes : amplitudes) {
@@ -232,7 +232,7 @@ TEST(PagedDecode, SmallValuePagesKeepTheirPrecision) {
 // it, q overflows to inf and the output is NaN). The scale keeps the scores ~4, so that the
 // softmax is not a tie-prone argmax.
 TEST(PagedDecode, QueriesBeyondF16RangeOnE4m3Pages) {
-  for (const char* kernel : {"cuda_cores", "mma2", "mma4"}) {
+  for (const char* kernel : {"cuda_cores", "mma2", "mma4", "mma8"}) {
     SCOPED_TRACE(kernel);
     const KernelChoice choice(kernel);
     for (double q_amplitude : {1e5, 3e7}) {
