@@ -20,7 +20,8 @@ int multiprocessor_count(const Device& device);
 int current_device_smem_optin();
 
 // The shared memory a CTA of the sm80-class kernels (forward and backward) may use on the current
-// device, which picks their tile shapes (sm80/fwd_tile_shape.hpp, bwd/sm80_bwd_tile_shape.hpp):
+// device, which picks their tile shapes (sm80/fwd_tile_shape.hpp, bwd/sm80_bwd_tile_shape.hpp)
+// and the decode kernels' CTA shapes (decode/paged_attention.cu):
 // current_device_smem_optin(), or less when FLASHKIT_SMEM_LIMIT_KB is set (so the shapes of a
 // 163 KB A100 run, and are tested, on an H200). Throws flashkit::Error naming the variable for a
 // value that is not a positive integer.

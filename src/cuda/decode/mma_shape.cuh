@@ -15,7 +15,8 @@
 namespace flashkit::cuda::decode {
 
 // CTA shapes (warps per CTA) the dispatch picks from (paged_attention.cu: the most warps per SM
-// that still run the whole grid in one wave).
+// that still run the whole grid in one wave; 8 warps, 192 KB of ring at d 128, where a task's two
+// key splits would otherwise be two 4-warp CTAs).
 using MmaWarpCounts = std::integer_sequence<int, 2, 3, 4, 8>;
 // Head dims on tensor cores; d 256 stays on the CUDA-core kernel (q as hi + lo and O^T alone
 // would take 128 registers per lane, and it spills).
@@ -60,7 +61,7 @@ struct MmaShape {
   // CTAs per SM: what the shared memory holds, and 2 warps per scheduler (a scheduler's 64 KB
   // of registers holds 2 warps of <= 256 registers; d 128 uses ~190: q as hi + lo, O^T, a
   // step's fragments. 3 per scheduler would cap them at 168 and spill). The launch bounds
-  // promise it, and paged_attention.cu sizes its waves with it.
+  // promise it with an sm90's 227 KB; paged_attention.cu sizes its waves with the device's.
   static constexpr int kSmemBlocks = 227 * 1024 / kSmemBytes;
   static constexpr int kRegisterBlocks = 4 * 2 / kWarps;
   static constexpr int kMinBlocks = kSmemBlocks < kRegisterBlocks ? kSmemBlocks : kRegisterBlocks;
@@ -81,12 +82,19 @@ struct MmaShape {
   static_assert(kMinBlocks >= 1, "the ring must fit one SM");
 };
 
-// CTAs of `warps` warps per CTA that one SM holds (kMinBlocks): the host sizes waves with it.
+// A CTA shape's resources for the host's wave sizing: its shared memory, and how many of it one
+// SM's registers hold (the SM's shared memory is the device's: paged_attention.cu divides it).
+struct MmaFootprint {
+  int smem_bytes = 0, register_blocks = 0;
+};
 template <class KvElem, int kHeadDim, int... kWarps>
-constexpr int mma_blocks_per_sm(std::integer_sequence<int, kWarps...>, int warps) {
-  int blocks = 0;
-  ((blocks = warps == kWarps ? MmaShape<KvElem, kHeadDim, kWarps>::kMinBlocks : blocks), ...);
-  return blocks;
+constexpr MmaFootprint mma_footprint(std::integer_sequence<int, kWarps...>, int warps) {
+  MmaFootprint f;
+  ((f = warps == kWarps ? MmaFootprint{MmaShape<KvElem, kHeadDim, kWarps>::kSmemBytes,
+                                       MmaShape<KvElem, kHeadDim, kWarps>::kRegisterBlocks}
+                        : f),
+   ...);
+  return f;
 }
 
 }  // namespace flashkit::cuda::decode

@@ -105,12 +105,16 @@ void check_limits(const PagedAttentionArgs& a, const core::PagedDims& d) {
   }
 }
 
-// CTAs of the tensor-core kernel with `warps` warps that one SM holds, for these pages.
-int mma_blocks(DType kv, std::int64_t head_dim, int warps) {
+// CTAs of the tensor-core kernel with `warps` warps that one SM holds, for these pages, within
+// `smem_limit` bytes per CTA (tile_smem_limit()); 0 when one CTA is over it (the 8-warp CTA's
+// 192 KB on an A100's 163).
+int mma_blocks(DType kv, std::int64_t head_dim, int warps, int smem_limit) {
   const auto per_sm = [&](auto elem) {
     using Elem = decltype(elem);
-    return head_dim == 64 ? decode::mma_blocks_per_sm<Elem, 64>(decode::MmaWarpCounts{}, warps)
-                          : decode::mma_blocks_per_sm<Elem, 128>(decode::MmaWarpCounts{}, warps);
+    const decode::MmaFootprint f =
+        head_dim == 64 ? decode::mma_footprint<Elem, 64>(decode::MmaWarpCounts{}, warps)
+                       : decode::mma_footprint<Elem, 128>(decode::MmaWarpCounts{}, warps);
+    return f.smem_bytes > smem_limit ? 0 : std::min(f.register_blocks, smem_limit / f.smem_bytes);
   };
   switch (kv) {
     case DType::f16:
@@ -122,40 +126,62 @@ int mma_blocks(DType kv, std::int64_t head_dim, int warps) {
   }
 }
 
-// Warps per CTA of the tensor-core kernel (0: the CUDA-core kernel). The stream rate follows
-// the bytes in flight per SM, so: the most warps resident per SM among the CTA shapes that run
-// the whole grid in one wave (BENCH.md, d 128: batch 1's and batch 16's 264 and 256 CTAs 4
+// The decode kernel of a call: warps per CTA of the tensor-core kernel (0: the CUDA-core kernel)
+// and the key splits it runs.
+struct KernelChoice {
+  int mma_warps, splits;
+};
+
+// The stream rate follows the bytes in flight per SM, so: the most warps resident per SM among
+// the CTA shapes that run the whole grid in one wave (BENCH.md, d 128: batch 1's 264 CTAs 4
 // warps, 2 per SM; batch 64's 512 CTAs 2 warps, 4 per SM), else 2 warps (the most CTAs per SM).
-// FLASHKIT_DECODE_KERNEL picks one by name for benchmarks and the lineage: cuda_cores (v2), mma
-// (v3, the default), mma2, mma3 or mma4. Head dims without a tensor-core
-// kernel (decode::MmaHeadDims) take the CUDA-core one.
-int mma_warps(const core::PagedDims& d, DType kv, std::int64_t ctas, const Device& device) {
-  if (!in_list(decode::MmaHeadDims{}, d.head_dim)) return 0;
+// A plan of 2 splits whose CTAs fill one wave two per SM runs each task as one 8-warp CTA
+// instead: the same warps per SM, the two halves merged in shared memory rather than by the
+// split merge, a second kernel (BENCH.md batch 16 / 8k: 127.4 against 128.7 us bf16, 72.5
+// against 75.9 us e4m3; docs/kernels/decode.md v3.10). FLASHKIT_DECODE_KERNEL picks one by name
+// for benchmarks and the lineage: cuda_cores (v2), mma (v3, the default), mma2, mma3, mma4 or
+// mma8, with the plan's splits. Head dims without a tensor-core kernel (decode::MmaHeadDims)
+// take the CUDA-core one.
+KernelChoice choose_kernel(const core::PagedDims& d, DType kv, std::int64_t tasks,
+                           const Device& device) {
+  const int splits = d.num_splits;
+  if (!in_list(decode::MmaHeadDims{}, d.head_dim)) return {0, splits};
   const char* env = std::getenv("FLASHKIT_DECODE_KERNEL");
   const std::string choice = env != nullptr ? env : "mma";
-  if (choice == "cuda_cores") return 0;
+  const int smem_limit = tile_smem_limit();
+  if (choice == "cuda_cores") return {0, splits};
   if (choice.size() == 4 && choice.compare(0, 3, "mma") == 0 &&
       in_list(decode::MmaWarpCounts{}, choice[3] - '0')) {
-    return choice[3] - '0';
+    const int warps = choice[3] - '0';
+    if (mma_blocks(kv, d.head_dim, warps, smem_limit) == 0) {
+      core::fail("FLASHKIT_DECODE_KERNEL",
+                 "a CTA shape whose shared memory fits this device's " + num(smem_limit) +
+                     " bytes per CTA",
+                 choice);
+    }
+    return {warps, splits};
   }
   if (choice != "mma") {
-    core::fail("FLASHKIT_DECODE_KERNEL", "cuda_cores, mma, mma2, mma3, mma4 or mma8 (or unset)", choice);
+    core::fail("FLASHKIT_DECODE_KERNEL", "cuda_cores, mma, mma2, mma3, mma4 or mma8 (or unset)",
+               choice);
   }
-  int sms = 0;
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device.index),
-             "cudaDeviceGetAttribute(multiprocessors)");
+  const int sms = multiprocessor_count(device);
+  if (splits == 2 && tasks <= sms && mma_blocks(kv, d.head_dim, 8, smem_limit) >= 1) {
+    return {8, 1};
+  }
+  const std::int64_t ctas = tasks * splits;
   int best = 2;
   std::int64_t best_warps = 0;
   for (int warps : {4, 3, 2}) {
-    const int blocks = mma_blocks(kv, d.head_dim, warps);
-    if (ctas > std::int64_t(blocks) * sms) continue;  // more than one wave
+    const int blocks = mma_blocks(kv, d.head_dim, warps, smem_limit);
+    if (blocks == 0 || ctas > std::int64_t(blocks) * sms) continue;  // more than one wave
     const std::int64_t per_sm = std::min<std::int64_t>((ctas + sms - 1) / sms, blocks);
     if (per_sm * warps > best_warps) {
       best_warps = per_sm * warps;
       best = warps;
     }
   }
-  return best;
+  return {best, splits};
 }
 
 int log2_exact(std::int64_t pow2) {
@@ -202,11 +228,6 @@ PagedParams make_params(const PagedAttentionArgs& a, const core::PagedDims& d) {
     p.alibi_head_stride = slopes.stride(slopes.rank() - 1);
   }
 
-  p.ws_rows = d.varlen_q ? a.q.size(0) : d.batch * d.q_len;
-  if (d.num_splits > 1) {
-    p.ws_o = a.workspace.data_as<float>();
-    p.ws_lse = p.ws_o + std::int64_t(d.num_splits) * p.ws_rows * d.heads_q * d.head_dim_v;
-  }
   p.batch = int(d.batch);
   p.q_len = int(d.q_len);
   p.heads_q = int(d.heads_q);
@@ -214,12 +235,18 @@ PagedParams make_params(const PagedAttentionArgs& a, const core::PagedDims& d) {
   p.group = int(d.group());
   p.head_dim = int(d.head_dim);
   p.page_shift = log2_exact(d.page_size);
-  p.num_splits = d.num_splits;
   const std::int64_t rows = d.q_len * d.group();
   constexpr int kMmaRows = decode::MmaShape<__nv_bfloat16, 128, 2>::kRowsPerCta;
-  p.mma_warps = mma_warps(d, a.kv.k_pages.dtype(),
-                          d.batch * d.heads_kv * d.num_splits * ((rows + kMmaRows - 1) / kMmaRows),
-                          a.q.device());
+  const KernelChoice kernel =
+      choose_kernel(d, a.kv.k_pages.dtype(),
+                    d.batch * d.heads_kv * ((rows + kMmaRows - 1) / kMmaRows), a.q.device());
+  p.mma_warps = kernel.mma_warps;
+  p.num_splits = kernel.splits;
+  p.ws_rows = d.varlen_q ? a.q.size(0) : d.batch * d.q_len;
+  if (p.num_splits > 1) {
+    p.ws_o = a.workspace.data_as<float>();
+    p.ws_lse = p.ws_o + std::int64_t(p.num_splits) * p.ws_rows * d.heads_q * d.head_dim_v;
+  }
   p.rows_per_cta = p.mma_warps > 0 ? kMmaRows
                                    : decode::rows_per_cta(
                                          rows, d.fp8_kv ? decode::kMaxRowsPerCta<__nv_fp8_e4m3>

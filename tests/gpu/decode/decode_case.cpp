@@ -246,7 +246,8 @@ std::int64_t decode_workspace_elems(const DecodeCase& c, int num_splits) {
   return core::paged_workspace_elems(num_splits, rows, s.heads_q, s.head_dim);
 }
 
-DecodeResult run_decode_gpu(const DecodeCase& c, int num_splits, int workspace_offset) {
+DecodeResult run_decode_gpu(const DecodeCase& c, int num_splits, int workspace_offset,
+                            std::vector<double>* workspace_after) {
   HostTensor out = maybe_padded(c.spec.out_dtype, c.out_shape(), c.spec.padded, 8);
   HostTensor lse(DType::f32, c.lse_shape());
   const DeviceDecodeCase dev(c);
@@ -269,6 +270,13 @@ DecodeResult run_decode_gpu(const DecodeCase& c, int num_splits, int workspace_o
   expect_device_ok();
   d_out.copy_to(out);
   d_lse.copy_to(lse);
+  if (workspace_after != nullptr) {
+    workspace_after->clear();
+    if (workspace.defined()) {
+      d_ws.copy_to(ws);
+      *workspace_after = ws.values();
+    }
+  }
   return {out.values(), lse.values()};
 }
 

@@ -76,8 +76,10 @@ std::int64_t decode_workspace_elems(const DecodeCase& c, int num_splits);
 
 // paged_attention on cuda:0 with out, lse and the workspace poisoned (num_splits 0: the plan's
 // choice). workspace_offset: f32 elements the workspace starts into its buffer (1: not 16-byte
-// aligned). Checks the device for errors.
-DecodeResult run_decode_gpu(const DecodeCase& c, int num_splits, int workspace_offset = 0);
+// aligned). Checks the device for errors. workspace_after: where the workspace's values after the
+// call go (empty without a workspace).
+DecodeResult run_decode_gpu(const DecodeCase& c, int num_splits, int workspace_offset = 0,
+                            std::vector<double>* workspace_after = nullptr);
 
 // "" when `got` matches `want` within the output dtype's rounding (one ulp of values below
 // out_scale, plus 2e-4 of out_scale for fp32 sums in another order) and lse within 1e-4 (-inf

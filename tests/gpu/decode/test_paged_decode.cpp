@@ -159,13 +159,22 @@ TEST(PagedDecode, UnalignedWorkspaceMergesAlike) {
   }
 }
 
-// Sets FLASHKIT_DECODE_KERNEL for one scope (the kernel choice is read on every call).
-class KernelChoice {
+// Sets an environment variable for one scope.
+class ScopedEnv {
  public:
-  explicit KernelChoice(const char* kernel) { setenv("FLASHKIT_DECODE_KERNEL", kernel, 1); }
-  ~KernelChoice() { unsetenv("FLASHKIT_DECODE_KERNEL"); }
-  KernelChoice(const KernelChoice&) = delete;
-  KernelChoice& operator=(const KernelChoice&) = delete;
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// Sets FLASHKIT_DECODE_KERNEL for one scope (the kernel choice is read on every call).
+class KernelChoice : public ScopedEnv {
+ public:
+  explicit KernelChoice(const char* kernel) : ScopedEnv("FLASHKIT_DECODE_KERNEL", kernel) {}
 };
 
 // The tests above run the default choice (tensor cores for d 64 and 128, mostly 4 warps on
@@ -199,6 +208,36 @@ TEST(PagedDecode, EveryKernelMatchesOracle) {
       DecodeSpec s = spec_of(DType::bf16, 16, 4, 3);
       s.out_dtype = out;
       expect_matches(s, {1, 3});
+    }
+  }
+}
+
+bool all_nan(const std::vector<double>& v) {
+  return std::all_of(v.begin(), v.end(), [](double x) { return std::isnan(x); });
+}
+
+// Two key splits whose CTAs fit one wave run each task as one 8-warp CTA (its halves merged in
+// shared memory): the workspace stays as poisoned as it was given. Where the device's shared
+// memory per CTA cannot hold that CTA (FLASHKIT_SMEM_LIMIT_KB=163, an A100's), and with three
+// splits, the splits write the workspace and the split merge combines them. Every run matches
+// the oracle.
+TEST(PagedDecode, TwoSplitsInOneWaveRunAsOneEightWarpCta) {
+  for (DType kv : {DType::bf16, DType::e4m3}) {
+    for (std::int64_t d : {64, 128}) {
+      DecodeSpec spec = spec_of(kv, 16, 4, 1);
+      spec.head_dim = d;
+      spec.seq_lens = {1, 45, 4100};
+      SCOPED_TRACE(spec.name());
+      const DecodeCase c = make_decode_case(spec);
+      const DecodeResult want = decode_oracle(c);
+      std::vector<double> ws;
+      EXPECT_EQ("", compare_decode(run_decode_gpu(c, 2, 0, &ws), want, spec.out_dtype, 1.0));
+      EXPECT_TRUE(!ws.empty() && all_nan(ws)) << "2 splits went through the workspace";
+      EXPECT_EQ("", compare_decode(run_decode_gpu(c, 3, 0, &ws), want, spec.out_dtype, 1.0));
+      EXPECT_FALSE(all_nan(ws)) << "3 splits left the workspace untouched";
+      const ScopedEnv a100("FLASHKIT_SMEM_LIMIT_KB", "163");
+      EXPECT_EQ("", compare_decode(run_decode_gpu(c, 2, 0, &ws), want, spec.out_dtype, 1.0));
+      EXPECT_FALSE(all_nan(ws)) << "2 splits of a 163 KB device left the workspace untouched";
     }
   }
 }
@@ -341,6 +380,12 @@ TEST(PagedDecode, UnsupportedCallsAreRejectedBeforeAnyLaunch) {
   const DecodeSpec plain = spec_of(DType::bf16, 16, 4, 1);
   {
     const KernelChoice choice("tensor_cores");
+    expect_rejected(plain, 1, 0, "FLASHKIT_DECODE_KERNEL", none);
+  }
+  {
+    // The 8-warp CTA's 192 KB of ring on a device of 163 KB per CTA (an A100's).
+    const KernelChoice choice("mma8");
+    const ScopedEnv a100("FLASHKIT_SMEM_LIMIT_KB", "163");
     expect_rejected(plain, 1, 0, "FLASHKIT_DECODE_KERNEL", none);
   }
   expect_rejected(plain, 4, 0, "workspace", none);
