@@ -185,7 +185,8 @@ TEST(PagedSplits, CallersWorkspaceIsUsed) {
 TEST(PagedPlan, LongSingleSequenceSplitsOnAGpu) {
   const PagedSplitPlan p = plan_paged_split(1, 1, 32, 8, 128, 32768, 132);
   EXPECT_GT(p.num_splits, 1);
-  EXPECT_EQ(p.workspace_elems, std::int64_t(p.num_splits) * 1 * 1 * 32 * (128 + 1));
+  // o and lse per split and (row, head); a 64-bit ticket per (row, head) and one f32 of slack.
+  EXPECT_EQ(p.workspace_elems, std::int64_t(p.num_splits) * 1 * 1 * 32 * (128 + 1) + 2 * 32 + 1);
   // Each split keeps enough keys to be worth its merge.
   EXPECT_GE(32768 / p.num_splits, 256);
 }
@@ -204,7 +205,7 @@ TEST(PagedPlan, FullMachineOrShortSequencesStayUnsplit) {
 TEST(PagedPlan, WorkspaceGrowsWithQueries) {
   const PagedSplitPlan p = plan_paged_split(2, 4, 16, 2, 64, 8192, 64);
   ASSERT_GT(p.num_splits, 1);
-  EXPECT_EQ(p.workspace_elems, std::int64_t(p.num_splits) * 2 * 4 * 16 * 65);
+  EXPECT_EQ(p.workspace_elems, std::int64_t(p.num_splits) * 2 * 4 * 16 * 65 + 2 * 2 * 4 * 16 + 1);
 }
 
 TEST(PagedPlan, BadArgumentsNameThemselves) {

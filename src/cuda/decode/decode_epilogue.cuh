@@ -1,7 +1,8 @@
 // The decode epilogue: each lane group's state becomes (o / l, lse); the groups of a warp merge
 // by butterfly shuffles, the warps through shared memory in a fixed order (deterministic), all
 // with core::merge_weights, the merge split-K, cascade and ring attention share. Then the CTA
-// writes its rows: out and lse (one split) or its part of the split-K workspace.
+// writes its rows: out and lse (one split) or its part of the split-K workspace, after which the
+// last split of the tile merges them all (split_fold.cuh).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include "cuda/decode/decode_cta.cuh"
 #include "cuda/decode/decode_mainloop.cuh"
 #include "cuda/decode/output_store.cuh"
+#include "cuda/decode/split_fold.cuh"
 #include "cuda/ptx/warp_reduce.cuh"
 
 namespace flashkit::cuda::decode {
@@ -71,6 +73,7 @@ __device__ __forceinline__ void merge_warps_and_store(const PagedParams& p, cons
         store_output(p, c.b, c.q_start, row.token, row.head, e + v, o[v], lse);
     }
   }
+  if (p.ws_o != nullptr) fold_splits_if_last<kThreads / 32>(p, c);
 }
 
 // `smem` is the mainloop's ring, free once every warp has left the loop.

@@ -1,6 +1,6 @@
 // One validated paged-attention call as plain data the decode kernels take by value: pointers,
-// strides in elements, sizes, the mask rule. paged_attention.cu builds it; the stage-1 kernel
-// (decode_kernel.cuh) and the split merge (split_combine.cu) read it.
+// strides in elements, sizes, the mask rule. paged_attention.cu builds it; the kernels
+// (decode_kernel.cuh, mma_kernel.cuh) read it.
 #pragma once
 
 #include <cstdint>
@@ -38,9 +38,11 @@ struct PagedParams {
   const float* alibi_slopes;  // null: no ALiBi
   std::int64_t alibi_batch_stride, alibi_head_stride;
 
-  float* ws_o;           // split-K partial outputs (decode_backend.hpp has the layout); null: v1
-  float* ws_lse;         // right after ws_o's block
-  std::int64_t ws_rows;  // query rows per split: batch * q_len, or total_q when packed
+  float* ws_o;    // split-K partial outputs (decode_backend.hpp has the layout); null: v1
+  float* ws_lse;  // right after ws_o's block
+  unsigned long long* ws_tickets;  // per (query row, head): which split is last (split_fold.cuh)
+  std::uint32_t ws_epoch;          // this call's ticket epoch
+  std::int64_t ws_rows;            // query rows per split: batch * q_len, or total_q when packed
 
   int batch, q_len;  // q_len: max_seqlen_q when packed
   int heads_q, heads_kv, group, head_dim;
