@@ -170,8 +170,9 @@ TEST(PagedSplits, CallersWorkspaceIsUsed) {
   PagedSpec s = decode_spec();
   const PagedCase c = make_paged_case(s);
   const int splits = 4;
-  // splits x query rows (3 sequences x 1 token) x heads x (d_v outputs + 1 lse), exactly.
-  const std::int64_t need = splits * 3 * s.heads_q * (s.head_dim + 1);
+  // splits x query rows (3 sequences x 1 token) x heads x (d_v outputs + 1 lse), then a 64-bit
+  // ticket per (row, head) and one f32 of slack (the CUDA kernels' share), exactly.
+  const std::int64_t need = splits * 3 * s.heads_q * (s.head_dim + 1) + 2 * 3 * s.heads_q + 1;
   HostTensor ws(DType::f32, {need});
   ws.poison();
   const PagedResult with_ws = run_paged(c, Algo::automatic, splits, DType::f32, ws);
