@@ -38,11 +38,9 @@ struct PagedParams {
   const float* alibi_slopes;  // null: no ALiBi
   std::int64_t alibi_batch_stride, alibi_head_stride;
 
-  float* ws_o;    // split-K partial outputs (decode_backend.hpp has the layout); null: v1
-  float* ws_lse;  // right after ws_o's block
-  unsigned long long* ws_tickets;  // per (query row, head): which split is last (split_fold.cuh)
-  std::uint32_t ws_epoch;          // this call's ticket epoch
-  std::int64_t ws_rows;            // query rows per split: batch * q_len, or total_q when packed
+  float* ws_o;           // split-K partial outputs (decode_backend.hpp has the layout); null: v1
+  float* ws_lse;         // right after ws_o's block
+  std::int64_t ws_rows;  // query rows per split: batch * q_len, or total_q when packed
 
   int batch, q_len;  // q_len: max_seqlen_q when packed
   int heads_q, heads_kv, group, head_dim;
@@ -54,6 +52,9 @@ struct PagedParams {
   float scale_log2;  // scale * log2(e): scores in base 2 (core/softmax_state.hpp)
   core::MaskRule mask;
   DType q_dtype, out_dtype;
+
+  unsigned long long* ws_tickets;  // per (query row, head): which split is last (split_fold.cuh)
+  std::uint32_t ws_epoch;          // this call's ticket epoch
 };
 
 }  // namespace flashkit::cuda

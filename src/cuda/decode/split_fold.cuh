@@ -82,8 +82,11 @@ __device__ __forceinline__ void fold_rows(const PagedParams& p, const DecodeCta&
 
 // After the CTA's rows went to the workspace (split calls only): the last split of the tile
 // merges them all.
+// Not inlined: the call is outside the key loop, whose register allocation it would otherwise
+// reshape (inlined, the loop of every decode kernel ran 15-17 % slower, unsplit calls included;
+// docs/kernels/decode.md v3.11).
 template <int kWarps>
-__device__ __forceinline__ void fold_splits_if_last(const PagedParams& p, const DecodeCta& c) {
+__device__ __noinline__ void fold_splits_if_last(const PagedParams& p, const DecodeCta& c) {
   if (!last_split_of_tile(p, c)) return;
   if (p.num_splits <= 16 && std::uintptr_t(p.ws_o) % 16 == 0) {
     fold_rows<kWarps, 16, 4>(p, c);
