@@ -27,7 +27,7 @@ namespace flashkit::cuda::decode {
 // measured with %globaltimer, as much as 4 steps of the key loop.)
 template <int kWarps, int kRows, int kHeadDim, int kThreads>
 __device__ __forceinline__ void merge_warps_and_store(const PagedParams& p, const DecodeCta& c,
-                                                      const unsigned char* smem) {
+                                                      unsigned char* smem) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   constexpr int kQuads = kHeadDim / 4;
   static_assert(kHeadDim % 4 == 0, "rows of whole 4-element runs");
@@ -73,7 +73,7 @@ __device__ __forceinline__ void merge_warps_and_store(const PagedParams& p, cons
         store_output(p, c.b, c.q_start, row.token, row.head, e + v, o[v], lse);
     }
   }
-  if (p.ws_o != nullptr) fold_splits_if_last<kThreads / 32>(p, c);
+  if (p.ws_o != nullptr) fold_splits_if_last<kThreads / 32>(p, c, smem);
 }
 
 // `smem` is the mainloop's ring, free once every warp has left the loop.

@@ -23,9 +23,11 @@ namespace flashkit::cuda::decode {
 constexpr int kWideRound = 64;
 
 // True in every thread of the CTA that completed the tile's count; every thread calls it after
-// storing its share of the CTA's partial states.
-__device__ __forceinline__ bool last_split_of_tile(const PagedParams& p, const DecodeCta& c) {
-  __shared__ int flag;
+// storing its share of the CTA's partial states. `flag`: a shared int nothing else reads now (in
+// the dynamic shared memory: a static __shared__ variable moved the ring 16 bytes off its
+// 128-byte alignment, and every decode kernel, unsplit ones included, ran 15 % slower).
+__device__ __forceinline__ bool last_split_of_tile(const PagedParams& p, const DecodeCta& c,
+                                                   volatile int* flag) {
   __syncthreads();  // every thread's partial stores are issued
   if (threadIdx.x == 0) {
     // The tile's ticket: that of its first (query row, head) pair, unique per tile.
@@ -46,10 +48,10 @@ __device__ __forceinline__ bool last_split_of_tile(const PagedParams& p, const D
       *ticket = epoch;  // the count back to zero; no other CTA of this call touches it again
       __threadfence();  // acquire: the other splits' states after their counts
     }
-    flag = last;
+    *flag = last;
   }
   __syncthreads();
-  return flag != 0;
+  return *flag != 0;
 }
 
 // The last CTA of a tile merges its rows' splits in split order (the same warp_merge, in the same
@@ -81,13 +83,11 @@ __device__ __forceinline__ void fold_rows(const PagedParams& p, const DecodeCta&
 }
 
 // After the CTA's rows went to the workspace (split calls only): the last split of the tile
-// merges them all.
-// Not inlined: the call is outside the key loop, whose register allocation it would otherwise
-// reshape (inlined, the loop of every decode kernel ran 15-17 % slower, unsplit calls included;
-// docs/kernels/decode.md v3.11).
+// merges them all. `smem`: the CTA's dynamic shared memory, free once its rows are stored.
 template <int kWarps>
-__device__ __noinline__ void fold_splits_if_last(const PagedParams& p, const DecodeCta& c) {
-  if (!last_split_of_tile(p, c)) return;
+__device__ __forceinline__ void fold_splits_if_last(const PagedParams& p, const DecodeCta& c,
+                                                    unsigned char* smem) {
+  if (!last_split_of_tile(p, c, reinterpret_cast<volatile int*>(smem))) return;
   if (p.num_splits <= 16 && std::uintptr_t(p.ws_o) % 16 == 0) {
     fold_rows<kWarps, 16, 4>(p, c);
   } else {
