@@ -65,9 +65,7 @@ PagedSplitPlan plan_paged_split(std::int64_t batch, std::int64_t q_len, std::int
                                 std::int64_t max_seq_len, int processors);
 
 // f32 workspace elements of a call with num_splits splits (0 when unsplit): partial outputs and
-// lse of every query row and head per split, and a 64-bit ticket per query row and head (which
-// split finishes last; it needs no initialising). query_rows: batch * q_len, or total_q when
-// packed.
+// lse of every query row and head per split. query_rows: batch * q_len, or total_q when packed.
 std::int64_t paged_workspace_elems(std::int64_t num_splits, std::int64_t query_rows,
                                    std::int64_t heads_q, std::int64_t head_dim_v);
 

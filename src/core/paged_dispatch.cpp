@@ -21,8 +21,7 @@ namespace {
 // A split below this many keys costs more (loading the queries, writing and merging a partial
 // state) than the parallelism it adds is worth.
 constexpr std::int64_t kMinKeysPerSplit = 256;
-// More splits only grow the workspace and the split merge: 64 already fill 132 SMs from one KV
-// head.
+// More splits only grow the workspace and stage 2: 64 already fills 132 SMs from one KV head.
 constexpr std::int64_t kMaxSplits = 64;
 // Decode CTAs per processor the plan fills: 2, the tensor-core kernel's 4-warp CTAs two per SM
 // (8 warps, the most its ~197 registers allow; cuda/decode/mma_shape.cuh). Measured on the H200
@@ -58,11 +57,7 @@ int processors(const Device& device) {
 
 std::int64_t paged_workspace_elems(std::int64_t num_splits, std::int64_t query_rows,
                                    std::int64_t heads_q, std::int64_t head_dim_v) {
-  // Per split and (row, head): o and lse; per (row, head): a 64-bit ticket (two f32 elements),
-  // and one element of slack to align the tickets to 8 bytes (cuda/decode/decode_backend.hpp).
-  return num_splits > 1
-             ? num_splits * query_rows * heads_q * (head_dim_v + 1) + 2 * query_rows * heads_q + 1
-             : 0;
+  return num_splits > 1 ? num_splits * query_rows * heads_q * (head_dim_v + 1) : 0;
 }
 
 PagedSplitPlan plan_paged_split(std::int64_t batch, std::int64_t q_len, std::int64_t heads_q,

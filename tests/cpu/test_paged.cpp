@@ -170,9 +170,8 @@ TEST(PagedSplits, CallersWorkspaceIsUsed) {
   PagedSpec s = decode_spec();
   const PagedCase c = make_paged_case(s);
   const int splits = 4;
-  // splits x query rows (3 sequences x 1 token) x heads x (d_v outputs + 1 lse), then a 64-bit
-  // ticket per (row, head) and one f32 of slack (the CUDA kernels' share), exactly.
-  const std::int64_t need = splits * 3 * s.heads_q * (s.head_dim + 1) + 2 * 3 * s.heads_q + 1;
+  // splits x query rows (3 sequences x 1 token) x heads x (d_v outputs + 1 lse), exactly.
+  const std::int64_t need = splits * 3 * s.heads_q * (s.head_dim + 1);
   HostTensor ws(DType::f32, {need});
   ws.poison();
   const PagedResult with_ws = run_paged(c, Algo::automatic, splits, DType::f32, ws);
@@ -186,8 +185,7 @@ TEST(PagedSplits, CallersWorkspaceIsUsed) {
 TEST(PagedPlan, LongSingleSequenceSplitsOnAGpu) {
   const PagedSplitPlan p = plan_paged_split(1, 1, 32, 8, 128, 32768, 132);
   EXPECT_GT(p.num_splits, 1);
-  // o and lse per split and (row, head); a 64-bit ticket per (row, head) and one f32 of slack.
-  EXPECT_EQ(p.workspace_elems, std::int64_t(p.num_splits) * 1 * 1 * 32 * (128 + 1) + 2 * 32 + 1);
+  EXPECT_EQ(p.workspace_elems, std::int64_t(p.num_splits) * 1 * 1 * 32 * (128 + 1));
   // Each split keeps enough keys to be worth its merge.
   EXPECT_GE(32768 / p.num_splits, 256);
 }
@@ -206,7 +204,7 @@ TEST(PagedPlan, FullMachineOrShortSequencesStayUnsplit) {
 TEST(PagedPlan, WorkspaceGrowsWithQueries) {
   const PagedSplitPlan p = plan_paged_split(2, 4, 16, 2, 64, 8192, 64);
   ASSERT_GT(p.num_splits, 1);
-  EXPECT_EQ(p.workspace_elems, std::int64_t(p.num_splits) * 2 * 4 * 16 * 65 + 2 * 2 * 4 * 16 + 1);
+  EXPECT_EQ(p.workspace_elems, std::int64_t(p.num_splits) * 2 * 4 * 16 * 65);
 }
 
 TEST(PagedPlan, BadArgumentsNameThemselves) {

@@ -1,6 +1,6 @@
 // The S-way merge of partial attention states (o_s, lse_s) by one warp: the form of
 // core::merge_weights that merge_states (cuda/merge.cu) and the paged decode's split merge
-// (decode/split_fold.cuh) share. With m = max_s lse_s and w_s = exp(lse_s - m),
+// (decode/split_combine.cu) share. With m = max_s lse_s and w_s = exp(lse_s - m),
 //   o = sum_s w_s o_s / sum_s w_s,   lse = m + log(sum_s w_s).
 // States go in rounds of kRound: each lane loads its kVec elements of every state of the round
 // and lane l the lse of states l (and l + 32), all at once (nothing waits on the weights), then
@@ -31,19 +31,18 @@
 namespace flashkit::cuda {
 
 // kVec consecutive elements of a state as floats, in one load (4 elements: 16 bytes of f32, 8 of
-// a 16-bit type; the caller guarantees the alignment). Loads bypass L1 (ld.global.cg): the decode
-// kernel's last split CTA reads states that other SMs stored during the same kernel.
+// a 16-bit type; the caller guarantees the alignment).
 template <int kVec, class State>
 __device__ __forceinline__ void load_state(const State* at, float (&x)[kVec]) {
   if constexpr (kVec == 1) {
-    x[0] = to_float(__ldcg(at));
+    x[0] = to_float(*at);
   } else if constexpr (sizeof(State) == 4) {
     static_assert(kVec == 4, "one 16-byte load");
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(at));
+    const float4 v = *reinterpret_cast<const float4*>(at);
     x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
   } else {
     static_assert(kVec == 4, "one 8-byte load");
-    const uint2 v = __ldcg(reinterpret_cast<const uint2*>(at));
+    const uint2 v = *reinterpret_cast<const uint2*>(at);
     const State* e = reinterpret_cast<const State*>(&v);
 #pragma unroll
     for (int i = 0; i < 4; ++i) x[i] = to_float(e[i]);
@@ -82,7 +81,7 @@ __device__ __forceinline__ void warp_merge(int states, const float* lse, std::in
 #pragma unroll
     for (int j = 0; j < kLse; ++j) {
       const int in_round = 32 * j + lane, s = first + in_round;
-      lse_lane[j] = in_round < kRound && s < states ? __ldcg(lse + s * lse_stride) : kNegInf;
+      lse_lane[j] = in_round < kRound && s < states ? lse[s * lse_stride] : kNegInf;
       m_round = fmaxf(m_round, lse_lane[j]);
     }
     const float m_new = fmaxf(m, ptx::warp_max(m_round));

@@ -5,15 +5,11 @@
 //
 // Split-K workspace (f32, args.workspace, core::paged_workspace_elems elements; the one
 // definition of the count lives in core/validate.hpp next to plan_paged_split):
-//   o       [num_splits, rows, heads_q, head_dim_v]  each split's normalised partial output
-//   lse     [num_splits, rows, heads_q]              its natural-log lse (-inf: saw no key)
-//   tickets u64 [rows, heads_q]                      (epoch, count): which split is last
-// the lse block right after the o block, the tickets at the first 8-byte boundary after it (one
-// f32 of slack). rows = batch * q_len, and query i of sequence b is row b * q_len + i; packed
-// queries (cu_seqlens_q) use their packed row, rows = total_q. Every split CTA writes its
-// (row, head) states, empty splits included, so the merge never reads garbage; a tile's ticket
-// is that of its first (row, head), and no part of the workspace needs initialising
-// (split_fold.cuh).
+//   o   [num_splits, rows, heads_q, head_dim_v]  each split's normalised partial output
+//   lse [num_splits, rows, heads_q]              its natural-log lse (-inf: the split saw no key)
+// the lse block right after the o block. rows = batch * q_len, and query i of sequence b is row
+// b * q_len + i; packed queries (cu_seqlens_q) use their packed row, rows = total_q. Stage 1
+// writes every (split, row, head) of it, empty splits included, so stage 2 never reads garbage.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +21,7 @@ namespace flashkit::cuda {
 
 // One CTA per (sequence, KV head, key split, tile of query rows): every query head of the GQA
 // group and every query token share each K/V row the CTA loads. dims.num_splits == 1 writes out
-// and lse directly (v1); with more splits each CTA writes the workspace and the last split of a
-// tile to finish merges them (v2; one kernel since v3.11).
+// and lse directly (v1); more splits write the workspace and a second kernel merges them (v2).
 // No allocation and no host synchronisation: capturable in a CUDA graph on args.stream.
 void paged_attention(const PagedAttentionArgs& args, const core::PagedDims& dims);
 

@@ -1,8 +1,7 @@
 // The decode epilogue: each lane group's state becomes (o / l, lse); the groups of a warp merge
 // by butterfly shuffles, the warps through shared memory in a fixed order (deterministic), all
 // with core::merge_weights, the merge split-K, cascade and ring attention share. Then the CTA
-// writes its rows: out and lse (one split) or its part of the split-K workspace, after which the
-// last split of the tile merges them all (split_fold.cuh).
+// writes its rows: out and lse (one split) or its part of the split-K workspace.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +11,6 @@
 #include "cuda/decode/decode_cta.cuh"
 #include "cuda/decode/decode_mainloop.cuh"
 #include "cuda/decode/output_store.cuh"
-#include "cuda/decode/split_fold.cuh"
 #include "cuda/ptx/warp_reduce.cuh"
 
 namespace flashkit::cuda::decode {
@@ -27,7 +25,7 @@ namespace flashkit::cuda::decode {
 // measured with %globaltimer, as much as 4 steps of the key loop.)
 template <int kWarps, int kRows, int kHeadDim, int kThreads>
 __device__ __forceinline__ void merge_warps_and_store(const PagedParams& p, const DecodeCta& c,
-                                                      unsigned char* smem) {
+                                                      const unsigned char* smem) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   constexpr int kQuads = kHeadDim / 4;
   static_assert(kHeadDim % 4 == 0, "rows of whole 4-element runs");
@@ -73,7 +71,6 @@ __device__ __forceinline__ void merge_warps_and_store(const PagedParams& p, cons
         store_output(p, c.b, c.q_start, row.token, row.head, e + v, o[v], lse);
     }
   }
-  if (p.ws_o != nullptr) fold_splits_if_last<kThreads / 32>(p, c, smem);
 }
 
 // `smem` is the mainloop's ring, free once every warp has left the loop.

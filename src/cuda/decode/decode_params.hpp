@@ -1,6 +1,6 @@
 // One validated paged-attention call as plain data the decode kernels take by value: pointers,
-// strides in elements, sizes, the mask rule. paged_attention.cu builds it; the kernels
-// (decode_kernel.cuh, mma_kernel.cuh) read it.
+// strides in elements, sizes, the mask rule. paged_attention.cu builds it; the stage-1 kernel
+// (decode_kernel.cuh) and the split merge (split_combine.cu) read it.
 #pragma once
 
 #include <cstdint>
@@ -52,9 +52,6 @@ struct PagedParams {
   float scale_log2;  // scale * log2(e): scores in base 2 (core/softmax_state.hpp)
   core::MaskRule mask;
   DType q_dtype, out_dtype;
-
-  unsigned long long* ws_tickets;  // per (query row, head): which split is last (split_fold.cuh)
-  std::uint32_t ws_epoch;          // this call's ticket epoch
 };
 
 }  // namespace flashkit::cuda

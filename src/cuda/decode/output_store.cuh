@@ -1,5 +1,5 @@
 // Where a finished query row goes: the split-K workspace (stage 1 of v2), or out and lse (v1,
-// and the split merge of v2). The workspace layout is decode_backend.hpp's.
+// and stage 2 of v2). The workspace layout is decode_backend.hpp's.
 #pragma once
 
 #include <cstdint>

@@ -6,11 +6,9 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <utility>
 
@@ -91,7 +89,12 @@ void check_limits(const PagedAttentionArgs& a, const core::PagedDims& d) {
     core::fail("kv.block_table.shape[0]", "a batch <= 65535 on cuda", num(d.batch));
   }
   if (d.num_splits > 65535) core::fail("num_splits", "<= 65535 on cuda", num(d.num_splits));
+  // The split merge runs a warp per (query row, head, 32 elements), 4 warps per CTA.
   const std::int64_t rows = d.varlen_q ? a.q.size(0) : d.batch * d.q_len;
+  if (d.num_splits > 1 && rows * d.heads_q * (d.head_dim / 32) / 4 >= INT_MAX) {
+    core::fail("q.shape", "fewer than 2^33 (query row, head, 32 elements) items to merge on cuda",
+               a.q.shape_str());
+  }
   if (d.num_splits > 1 && !a.workspace.defined()) {
     core::fail("workspace",
                num(core::paged_workspace_elems(d.num_splits, rows, d.heads_q, d.head_dim_v)) +
@@ -181,17 +184,6 @@ KernelChoice choose_kernel(const core::PagedDims& d, DType kv, std::int64_t task
   return {best, splits};
 }
 
-// The split tickets' epoch of a call (decode/split_fold.cuh): a count from a random start per
-// process, so that a workspace's earlier contents match it only by a 1-in-2^32 chance. Words
-// whose bits read as an f32 inf or NaN (poisoned memory) are skipped, and so are 0 and ~0.
-std::uint32_t next_ticket_epoch() {
-  static std::atomic<std::uint32_t> next{std::random_device{}()};
-  for (;;) {
-    const std::uint32_t e = next.fetch_add(1, std::memory_order_relaxed);
-    if (e != 0 && e != 0xffffffffu && (e & 0x7f800000u) != 0x7f800000u) return e;
-  }
-}
-
 int log2_exact(std::int64_t pow2) {
   int s = 0;
   while ((std::int64_t(1) << s) < pow2) ++s;
@@ -254,11 +246,6 @@ PagedParams make_params(const PagedAttentionArgs& a, const core::PagedDims& d) {
   if (p.num_splits > 1) {
     p.ws_o = a.workspace.data_as<float>();
     p.ws_lse = p.ws_o + std::int64_t(p.num_splits) * p.ws_rows * d.heads_q * d.head_dim_v;
-    // The tickets: the first 8-byte aligned address after the lse block (one f32 of slack).
-    const auto tickets = reinterpret_cast<std::uintptr_t>(p.ws_lse + std::int64_t(p.num_splits) *
-                                                                         p.ws_rows * d.heads_q);
-    p.ws_tickets = reinterpret_cast<unsigned long long*>((tickets + 7) / 8 * 8);
-    p.ws_epoch = next_ticket_epoch();
   }
   p.rows_per_cta = p.mma_warps > 0 ? kMmaRows
                                    : decode::rows_per_cta(
@@ -296,6 +283,7 @@ void paged_attention(const PagedAttentionArgs& args, const core::PagedDims& dims
       decode::launch_decode<__nv_fp8_e4m3>(p, stream);
       break;
   }
+  if (p.num_splits > 1) decode::launch_split_combine(p, stream);
 }
 
 }  // namespace flashkit::cuda
