@@ -9,6 +9,7 @@
 #include "core/numeric.hpp"
 #include "core/validate.hpp"
 #include "cpu/cpu_backend.hpp"
+#include "cpu/parallel.hpp"
 
 namespace flashkit::testing {
 
@@ -96,28 +97,89 @@ double scale_of(const CaseSpec& s) {
   return s.softmax_scale ? double(*s.softmax_scale) : 1.0 / std::sqrt(double(s.head_dim));
 }
 
+// One (sequence, query head)'s rows, copied out contiguously ([token][dim]), and its keys and
+// values also transposed ([dim][token]), so that the plain reference's inner loops run over
+// independent outputs (vectorisable) while each output still sums in the serial order.
+struct HeadRows {
+  std::vector<double> q, k, v, dout, k_t, v_t;
+};
+
+std::vector<double> rows_of(const Dense& x, const std::vector<double>& values, bool keys,
+                            std::int64_t b, std::int64_t h, std::int64_t heads, std::int64_t dim,
+                            std::int64_t len) {
+  std::vector<double> rows(std::size_t(len * dim));
+  if (len == 0) return rows;
+  const std::int64_t first = x.index(keys, b, 0, h, heads, dim, 0), stride = heads * dim;
+  for (std::int64_t t = 0; t < len; ++t) {
+    std::copy_n(values.begin() + std::ptrdiff_t(first + t * stride), dim,
+                rows.begin() + std::ptrdiff_t(t * dim));
+  }
+  return rows;
+}
+
+std::vector<double> transposed(const std::vector<double>& rows, std::int64_t len,
+                               std::int64_t dim) {
+  std::vector<double> t(rows.size());
+  for (std::int64_t j = 0; j < len; ++j)
+    for (std::int64_t e = 0; e < dim; ++e)
+      t[std::size_t(e * len + j)] = rows[std::size_t(j * dim + e)];
+  return t;
+}
+
+HeadRows head_rows(const Dense& x, std::int64_t b, std::int64_t h) {
+  const CaseSpec& s = x.c.spec;
+  const std::int64_t lq = s.seqlens_q[std::size_t(b)], lk = s.seqlens_k[std::size_t(b)];
+  const std::int64_t hk = h / (s.heads_q / s.heads_kv), d = s.head_dim, dv = s.dim_v();
+  HeadRows r{rows_of(x, x.q, false, b, h, s.heads_q, d, lq),
+             rows_of(x, x.k, true, b, hk, s.heads_kv, d, lk),
+             rows_of(x, x.v, true, b, hk, s.heads_kv, dv, lk),
+             rows_of(x, x.dout, false, b, h, s.heads_q, dv, lq),
+             {},
+             {}};
+  r.k_t = transposed(r.k, lk, d);
+  r.v_t = transposed(r.v, lk, dv);
+  return r;
+}
+
+// out[j] = sum over e of a[e] * b_t[e][j], for j < n, each sum in the order of e.
+void dots(const double* a, const std::vector<double>& b_t, std::int64_t dim, std::int64_t n,
+          std::vector<double>& out) {
+  out.assign(std::size_t(n), 0.0);
+  for (std::int64_t e = 0; e < dim; ++e) {
+    const double ae = a[e];
+    const double* be = b_t.data() + e * n;
+    for (std::int64_t j = 0; j < n; ++j) out[std::size_t(j)] += ae * be[j];
+  }
+}
+
+// acc[e] += w * row[e] for e < dim.
+void add_scaled(std::vector<double>& acc, double w, const double* row, std::int64_t dim) {
+  for (std::int64_t e = 0; e < dim; ++e) acc[std::size_t(e)] += w * row[e];
+}
+
 // Plain attention of one (sequence, query head) with products rounded to `dt`. Fills p (rounded
 // probabilities, 0 where masked), the pre-softcap tanh values, o (rounded) and lse.
 struct PlainHead {
   std::vector<double> p, tanh_value, o, lse;
 };
 
-PlainHead plain_head(const Dense& x, std::int64_t b, std::int64_t h) {
+PlainHead plain_head(const Dense& x, const HeadRows& rows, std::int64_t b, std::int64_t h) {
   const CaseData& c = x.c;
   const CaseSpec& s = c.spec;
   const DType dt = s.dtype;
   const auto rule = rule_of(s);
   const std::int64_t lq = s.seqlens_q[std::size_t(b)], lk = s.seqlens_k[std::size_t(b)];
-  const std::int64_t hk = h / (s.heads_q / s.heads_kv), d = s.head_dim, dv = s.dim_v();
+  const std::int64_t d = s.head_dim, dv = s.dim_v();
   const std::int64_t shift = core::diagonal_shift(rule, lq, lk);
   PlainHead r;
   r.p.assign(std::size_t(lq * lk), 0.0);
   r.tanh_value.assign(std::size_t(lq * lk), 0.0);
   r.o.assign(std::size_t(lq * dv), 0.0);
   r.lse.assign(std::size_t(lq), kNegInf);
-  std::vector<double> srow(static_cast<std::size_t>(lk));
+  std::vector<double> srow, acc;
   for (std::int64_t i = 0; i < lq; ++i) {
     const std::int64_t diag = i + shift;
+    dots(rows.q.data() + i * d, rows.k_t, d, lk, srow);
     double m = kNegInf;
     for (std::int64_t j = 0; j < lk; ++j) {
       double& sv = srow[std::size_t(j)];
@@ -125,12 +187,7 @@ PlainHead plain_head(const Dense& x, std::int64_t b, std::int64_t h) {
         sv = kNegInf;
         continue;
       }
-      double dot = 0;
-      for (std::int64_t e = 0; e < d; ++e) {
-        dot += x.q[std::size_t(x.index(false, b, i, h, s.heads_q, d, e))] *
-               x.k[std::size_t(x.index(true, b, j, hk, s.heads_kv, d, e))];
-      }
-      sv = core::round_to(dt, dot * scale_of(s));
+      sv = core::round_to(dt, sv * scale_of(s));
       if (s.softcap > 0) {
         const double t = std::tanh(sv / s.softcap);
         r.tanh_value[std::size_t(i * lk + j)] = t;
@@ -141,19 +198,16 @@ PlainHead plain_head(const Dense& x, std::int64_t b, std::int64_t h) {
     }
     if (m == kNegInf) continue;
     double l = 0;
-    for (std::int64_t j = 0; j < lk; ++j) l += std::exp(srow[std::size_t(j)] - m);
+    for (auto& sv : srow) l += (sv = std::exp(sv - m));  // srow now holds the weights
     r.lse[std::size_t(i)] = m + std::log(l);
+    double* pi = r.p.data() + i * lk;
+    acc.assign(std::size_t(dv), 0.0);
     for (std::int64_t j = 0; j < lk; ++j) {
-      r.p[std::size_t(i * lk + j)] = core::round_to(dt, std::exp(srow[std::size_t(j)] - m) / l);
+      pi[j] = core::round_to(dt, srow[std::size_t(j)] / l);
+      add_scaled(acc, pi[j], rows.v.data() + j * dv, dv);
     }
-    for (std::int64_t e = 0; e < dv; ++e) {
-      double acc = 0;
-      for (std::int64_t j = 0; j < lk; ++j) {
-        acc += r.p[std::size_t(i * lk + j)] *
-               x.v[std::size_t(x.index(true, b, j, hk, s.heads_kv, dv, e))];
-      }
-      r.o[std::size_t(i * dv + e)] = core::round_to(dt, acc);
-    }
+    for (std::int64_t e = 0; e < dv; ++e)
+      r.o[std::size_t(i * dv + e)] = core::round_to(dt, acc[std::size_t(e)]);
   }
   return r;
 }
@@ -269,6 +323,8 @@ BackwardResult oracle_backward(const CaseData& c) {
   return {dq.values(), dk.values(), dv.values()};
 }
 
+// The plain references run one task per (sequence, head) on the CPU backend's pool: each writes
+// its own outputs, and every sum keeps its order, so the results do not depend on the threads.
 ForwardResult plain_forward(const CaseData& c) {
   const Dense x = dense_of(c);
   const CaseSpec& s = c.spec;
@@ -279,26 +335,27 @@ ForwardResult plain_forward(const CaseData& c) {
   r.out.assign(std::size_t(out_n), 0.0);
   r.lse.assign(std::size_t(lse_n), kNegInf);
   const std::int64_t dv = s.dim_v();
-  std::int64_t q_start = 0;
+  std::vector<std::int64_t> q_start(std::size_t(c.batch) + 1, 0);
   for (std::int64_t b = 0; b < c.batch; ++b) {
-    const std::int64_t lq = s.seqlens_q[std::size_t(b)];
-    for (std::int64_t h = 0; h < s.heads_q; ++h) {
-      const PlainHead ph = plain_head(x, b, h);
-      for (std::int64_t i = 0; i < lq; ++i) {
-        for (std::int64_t e = 0; e < dv; ++e) {
-          r.out[std::size_t(x.index(false, b, i, h, s.heads_q, dv, e))] =
-              ph.o[std::size_t(i * dv + e)];
-        }
-        const std::int64_t li =
-            s.varlen ? h * c.total_q + q_start + i : (b * s.heads_q + h) * c.max_q + i;
-        r.lse[std::size_t(li)] = ph.lse[std::size_t(i)];
-      }
-    }
-    q_start += lq;
+    q_start[std::size_t(b) + 1] = q_start[std::size_t(b)] + s.seqlens_q[std::size_t(b)];
   }
+  cpu::parallel_for(c.batch * s.heads_q, [&](std::int64_t task) {
+    const std::int64_t b = task / s.heads_q, h = task % s.heads_q;
+    const std::int64_t lq = s.seqlens_q[std::size_t(b)];
+    const PlainHead ph = plain_head(x, head_rows(x, b, h), b, h);
+    for (std::int64_t i = 0; i < lq; ++i) {
+      const std::int64_t at = x.index(false, b, i, h, s.heads_q, dv, 0);
+      std::copy_n(ph.o.begin() + std::ptrdiff_t(i * dv), dv, r.out.begin() + std::ptrdiff_t(at));
+      const std::int64_t li = s.varlen ? h * c.total_q + q_start[std::size_t(b)] + i
+                                       : (b * s.heads_q + h) * c.max_q + i;
+      r.lse[std::size_t(li)] = ph.lse[std::size_t(i)];
+    }
+  });
   return r;
 }
 
+// One task per (sequence, KV head): its query heads in order, so dK and dV sum over the group in
+// the same order as a serial loop.
 BackwardResult plain_backward(const CaseData& c) {
   const Dense x = dense_of(c);
   const CaseSpec& s = c.spec;
@@ -309,36 +366,26 @@ BackwardResult plain_backward(const CaseData& c) {
   r.dk.assign(x.k.size(), 0.0);
   r.dv.assign(x.v.size(), 0.0);
   const double scale = scale_of(s);
-  for (std::int64_t b = 0; b < c.batch; ++b) {
+  cpu::parallel_for(c.batch * s.heads_kv, [&](std::int64_t task) {
+    const std::int64_t b = task / s.heads_kv, hk = task % s.heads_kv;
     const std::int64_t lq = s.seqlens_q[std::size_t(b)], lk = s.seqlens_k[std::size_t(b)];
-    for (std::int64_t h = 0; h < s.heads_q; ++h) {
-      const std::int64_t hk = h / group;
-      const PlainHead ph = plain_head(x, b, h);
-      auto qi = [&](std::int64_t i, std::int64_t e) {
-        return std::size_t(x.index(false, b, i, h, s.heads_q, d, e));
-      };
-      auto kj = [&](std::int64_t j, std::int64_t e) {
-        return std::size_t(x.index(true, b, j, hk, s.heads_kv, d, e));
-      };
-      auto vj = [&](std::int64_t j, std::int64_t e) {
-        return std::size_t(x.index(true, b, j, hk, s.heads_kv, dv, e));
-      };
-      auto oi = [&](std::int64_t i, std::int64_t e) {
-        return std::size_t(x.index(false, b, i, h, s.heads_q, dv, e));
-      };
+    std::vector<double> dk(std::size_t(lk * d), 0.0), dvv(std::size_t(lk * dv), 0.0);
+    std::vector<double> dp, acc;
+    for (std::int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+      const HeadRows rows = head_rows(x, b, h);
+      const PlainHead ph = plain_head(x, rows, b, h);
       // dS = P * (dP - D), every product rounded to dt; accumulations per output then rounded.
       std::vector<double> ds(std::size_t(lq * lk), 0.0);
       for (std::int64_t i = 0; i < lq; ++i) {
+        const double* doi = rows.dout.data() + i * dv;
         double di = 0;
-        for (std::int64_t e = 0; e < dv; ++e)
-          di += x.dout[oi(i, e)] * ph.o[std::size_t(i * dv + e)];
+        for (std::int64_t e = 0; e < dv; ++e) di += doi[e] * ph.o[std::size_t(i * dv + e)];
         di = core::round_to(dt, di);
+        dots(doi, rows.v_t, dv, lk, dp);
         for (std::int64_t j = 0; j < lk; ++j) {
           const double p = ph.p[std::size_t(i * lk + j)];
           if (p == 0) continue;
-          double dp = 0;
-          for (std::int64_t e = 0; e < dv; ++e) dp += x.dout[oi(i, e)] * x.v[vj(j, e)];
-          double g = core::round_to(dt, p * (core::round_to(dt, dp) - di));
+          double g = core::round_to(dt, p * (core::round_to(dt, dp[std::size_t(j)]) - di));
           if (s.softcap > 0) {
             const double t = ph.tanh_value[std::size_t(i * lk + j)];
             g = core::round_to(dt, g * (1.0 - t * t));
@@ -347,29 +394,40 @@ BackwardResult plain_backward(const CaseData& c) {
         }
       }
       for (std::int64_t i = 0; i < lq; ++i) {
+        acc.assign(std::size_t(d), 0.0);
+        for (std::int64_t j = 0; j < lk; ++j) {
+          add_scaled(acc, ds[std::size_t(i * lk + j)], rows.k.data() + j * d, d);
+        }
         for (std::int64_t e = 0; e < d; ++e) {
-          double acc = 0;
-          for (std::int64_t j = 0; j < lk; ++j) acc += ds[std::size_t(i * lk + j)] * x.k[kj(j, e)];
-          r.dq[qi(i, e)] = core::round_to(dt, acc * scale);
+          r.dq[std::size_t(x.index(false, b, i, h, s.heads_q, d, e))] =
+              core::round_to(dt, acc[std::size_t(e)] * scale);
         }
       }
       for (std::int64_t j = 0; j < lk; ++j) {
-        for (std::int64_t e = 0; e < d; ++e) {
-          double acc = 0;
-          for (std::int64_t i = 0; i < lq; ++i) acc += ds[std::size_t(i * lk + j)] * x.q[qi(i, e)];
-          r.dk[kj(j, e)] += acc * scale;
+        acc.assign(std::size_t(d), 0.0);
+        for (std::int64_t i = 0; i < lq; ++i) {
+          add_scaled(acc, ds[std::size_t(i * lk + j)], rows.q.data() + i * d, d);
         }
-        for (std::int64_t e = 0; e < dv; ++e) {
-          double acc = 0;
-          for (std::int64_t i = 0; i < lq; ++i)
-            acc += ph.p[std::size_t(i * lk + j)] * x.dout[oi(i, e)];
-          r.dv[vj(j, e)] += acc;
+        for (std::int64_t e = 0; e < d; ++e)
+          dk[std::size_t(j * d + e)] += acc[std::size_t(e)] * scale;
+        acc.assign(std::size_t(dv), 0.0);
+        for (std::int64_t i = 0; i < lq; ++i) {
+          add_scaled(acc, ph.p[std::size_t(i * lk + j)], rows.dout.data() + i * dv, dv);
         }
+        for (std::int64_t e = 0; e < dv; ++e) dvv[std::size_t(j * dv + e)] += acc[std::size_t(e)];
       }
     }
-  }
-  for (auto& v : r.dk) v = core::round_to(dt, v);
-  for (auto& v : r.dv) v = core::round_to(dt, v);
+    for (std::int64_t j = 0; j < lk; ++j) {
+      for (std::int64_t e = 0; e < d; ++e) {
+        r.dk[std::size_t(x.index(true, b, j, hk, s.heads_kv, d, e))] =
+            core::round_to(dt, dk[std::size_t(j * d + e)]);
+      }
+      for (std::int64_t e = 0; e < dv; ++e) {
+        r.dv[std::size_t(x.index(true, b, j, hk, s.heads_kv, dv, e))] =
+            core::round_to(dt, dvv[std::size_t(j * dv + e)]);
+      }
+    }
+  });
   return r;
 }
 

@@ -69,7 +69,11 @@ struct BackwardResult {
 // The CPU oracle (Algo::reference) with f64 outputs.
 ForwardResult oracle_forward(const CaseData& c);
 BackwardResult oracle_backward(const CaseData& c);
-// Textbook attention with every product rounded to the case's dtype.
+// Textbook attention with every product rounded to the case's dtype. One task per (sequence,
+// head) on the CPU backend's thread pool, each sum in the serial order, so the values do not
+// depend on the thread count. (Serial, with a strided index per element, it took 10x the
+// oracle's time: 5.8 s against 0.54 s for one 2048 x 2048 causal case of 2 heads at d = 128 on
+// 2 cores, now 1.0 s: the larger part of a forward test's CPU time before.)
 ForwardResult plain_forward(const CaseData& c);
 BackwardResult plain_backward(const CaseData& c);
 
