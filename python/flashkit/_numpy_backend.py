@@ -9,10 +9,10 @@ from ._arrays import lse_shape, out_shape
 from ._settings import Settings
 
 
-def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, s: Settings):
+def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, s: Settings, want_lse=True):
     varlen = cu_seqlens_q is not None
     out = np.empty(out_shape(q, v), dtype=q.dtype)
-    lse = np.empty(lse_shape(q, varlen), dtype=np.float32)
+    lse = np.empty(lse_shape(q, varlen), dtype=np.float32) if want_lse else None
     _flashkit.forward(q, k, v, out, lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k, s.options())
     return out, lse
 

@@ -31,6 +31,17 @@ def _multiprocessors(device: int) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+@functools.lru_cache(maxsize=256)
+def _split_plan(batch, q_len, heads_q, heads_kv, dv, capacity, sms, num_splits, rows):
+    """(num_splits, workspace elems) of a call's shape, memoised: the plan is a pure function of
+    these integers, and eager decode calls the same shape every step."""
+    if num_splits == 0:
+        num_splits, _ = _flashkit.plan_paged_split(
+            batch, q_len, heads_q, heads_kv, dv, capacity, sms
+        )
+    return num_splits, _flashkit.paged_workspace_elems(num_splits, rows, heads_q, dv)
+
+
 def _split_workspace(q, v_pages, block_table, packed, max_seqlen_q, num_splits):
     """(num_splits, workspace) for a CUDA call: the plan the C++ side would make (SMs, the
     table's capacity), resolved here so that the workspace can be a torch allocation. The CPU
@@ -39,16 +50,67 @@ def _split_workspace(q, v_pages, block_table, packed, max_seqlen_q, num_splits):
         return num_splits, None
     heads_q, dv = q.shape[-2], v_pages.shape[-1]
     rows = q.shape[0] if packed else q.shape[0] * q.shape[1]
-    if num_splits == 0:
-        batch = block_table.shape[0]
-        q_len = max_seqlen_q if packed else q.shape[1]
-        sms = _multiprocessors(q.get_device())
-        capacity = block_table.shape[1] * v_pages.shape[1]
-        num_splits, _ = _flashkit.plan_paged_split(
-            batch, q_len, heads_q, v_pages.shape[2], dv, capacity, sms
-        )
-    elems = _flashkit.paged_workspace_elems(num_splits, rows, heads_q, dv)
+    num_splits, elems = _split_plan(
+        block_table.shape[0],
+        max_seqlen_q if packed else q.shape[1],
+        heads_q,
+        v_pages.shape[2],
+        dv,
+        block_table.shape[1] * v_pages.shape[1],
+        _multiprocessors(q.get_device()) if num_splits == 0 else 0,
+        num_splits,
+        rows,
+    )
     return num_splits, (q.new_empty((elems,), dtype=torch.float32) if elems else None)
+
+
+@functools.lru_cache(maxsize=256)
+def _paged_options(scalars, num_splits, stream):
+    """The extension's PagedOptions for paged_fwd's scalars with the plan's num_splits,
+    memoised (the extension only reads it): building one and setting its nine fields costs a
+    decode step ~2 us of host time."""
+    o = _flashkit.PagedOptions()
+    o.softmax_scale, o.causal, o.window_left, o.window_right, o.softcap, o.max_seqlen_q = scalars[
+        :6
+    ]
+    o.algo = scalars[7]
+    o.num_splits = num_splits
+    o.stream = stream
+    return o
+
+
+def _paged_call(arrays, alibi_slopes, scalars, want_lse):
+    """The paged call; scalars are paged_fwd's (softmax_scale, causal, window_left,
+    window_right, softcap, max_seqlen_q, num_splits, algo). lse is allocated and written only
+    when wanted (None otherwise)."""
+    q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, cu_seqlens_q = arrays
+    max_seqlen_q, num_splits = scalars[5:7]
+    packed = cu_seqlens_q is not None
+    if want_lse:
+        out, lse = _alloc(q, v_pages, packed)
+    else:
+        out, lse = q.new_empty(out_shape(q, v_pages)), None
+    num_splits, workspace = _split_workspace(
+        q, v_pages, block_table, packed, max_seqlen_q, num_splits
+    )
+    o = _paged_options(scalars, num_splits, _stream(q))
+    with _on_device(q):
+        _flashkit.paged_attention(
+            _view(q),
+            _view(k_pages),
+            _view(v_pages),
+            _view(block_table),
+            _view(seq_lens),
+            _view(out),
+            _view(lse),
+            _view(k_scale),
+            _view(v_scale),
+            _view(cu_seqlens_q),
+            _view(alibi_slopes),
+            _view(workspace),
+            o,
+        )
+    return out, lse
 
 
 def _paged_fwd(
@@ -70,38 +132,19 @@ def _paged_fwd(
     num_splits: int,
     algo: str,
 ) -> tuple[Tensor, Tensor]:
-    packed = cu_seqlens_q is not None
-    out, lse = _alloc(q, v_pages, packed)
-    num_splits, workspace = _split_workspace(
-        q, v_pages, block_table, packed, max_seqlen_q, num_splits
+    # The op's schema returns lse always.
+    arrays = (q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, cu_seqlens_q)
+    scalars = (
+        softmax_scale,
+        causal,
+        window_left,
+        window_right,
+        softcap,
+        max_seqlen_q,
+        num_splits,
+        algo,
     )
-    o = _flashkit.PagedOptions()
-    o.softmax_scale = softmax_scale
-    o.causal = causal
-    o.window_left = window_left
-    o.window_right = window_right
-    o.softcap = softcap
-    o.max_seqlen_q = max_seqlen_q
-    o.num_splits = num_splits
-    o.algo = algo
-    o.stream = _stream(q)
-    with _on_device(q):
-        _flashkit.paged_attention(
-            _view(q),
-            _view(k_pages),
-            _view(v_pages),
-            _view(block_table),
-            _view(seq_lens),
-            _view(out),
-            _view(lse),
-            _view(k_scale),
-            _view(v_scale),
-            _view(cu_seqlens_q),
-            _view(alibi_slopes),
-            _view(workspace),
-            o,
-        )
-    return out, lse
+    return _paged_call(arrays, alibi_slopes, scalars, True)
 
 
 paged_fwd = torch.library.custom_op("flashkit::paged_fwd", mutates_args=())(_paged_fwd)
@@ -211,20 +254,20 @@ def _(k_new, v_new, start_pos, k_pages, v_pages, block_table, k_scale, v_scale):
     return None
 
 
-def forward(
-    q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, cu_seqlens_q, alibi_slopes, o
-):
-    """paged_fwd (or its body, in plain eager mode) with the scalars of a PagedOptions."""
-    arrays = (q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, cu_seqlens_q)
-    return (_paged_fwd if eager(*arrays, alibi_slopes) else paged_fwd)(
-        *arrays,
-        alibi_slopes,
-        o.softmax_scale,
-        o.causal,
-        o.window_left,
-        o.window_right,
-        o.softcap,
-        o.max_seqlen_q,
-        o.num_splits,
-        o.algo,
+def forward(arrays, alibi_slopes, s, max_seqlen_q, num_splits, algo, want_lse):
+    """(out, lse) of paged_fwd with the scalars of Settings s; in plain eager mode its body,
+    which leaves lse None unless want_lse (a decode step saves an allocation). arrays: q,
+    k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, cu_seqlens_q."""
+    scalars = (
+        s.softmax_scale,
+        s.causal,
+        s.window_left,
+        s.window_right,
+        s.softcap,
+        max_seqlen_q,
+        num_splits,
+        algo,
     )
+    if eager(*arrays, alibi_slopes):
+        return _paged_call(arrays, alibi_slopes, scalars, want_lse)
+    return paged_fwd(*arrays, alibi_slopes, *scalars)

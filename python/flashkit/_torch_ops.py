@@ -17,6 +17,7 @@ then call the bodies directly, through a torch.autograd.Function when a gradient
 
 from __future__ import annotations
 
+import functools
 from contextlib import nullcontext
 from typing import Optional
 
@@ -80,6 +81,13 @@ def _on_device(t: Tensor):
     return nullcontext()
 
 
+@functools.lru_cache(maxsize=256)
+def _options(s: Settings, stream: int) -> _flashkit.Options:
+    """s.options(stream), memoised (the extension only reads it): building an Options and
+    setting its twelve fields costs a call ~1 us of host time."""
+    return s.options(stream)
+
+
 def _out_dtype(q: Tensor) -> torch.dtype:
     # float8 inputs produce bf16 outputs; every other input dtype is kept.
     return torch.bfloat16 if q.element_size() == 1 else q.dtype
@@ -94,6 +102,27 @@ def _alloc_fwd(q: Tensor, v: Tensor, varlen: bool) -> tuple[Tensor, Tensor]:
 
 def _alloc_bwd(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _fwd_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, s: Settings, want_lse: bool):
+    """The forward call; lse is allocated and written only when wanted (None otherwise)."""
+    if want_lse:
+        out, lse = _alloc_fwd(q, v, cu_seqlens_q is not None)
+    else:
+        out, lse = q.new_empty(out_shape(q, v), dtype=_out_dtype(q)), None
+    with _on_device(q):
+        _flashkit.forward(
+            _view(q),
+            _view(k),
+            _view(v),
+            _view(out),
+            _view(lse),
+            _view(alibi_slopes),
+            _view(cu_seqlens_q),
+            _view(cu_seqlens_k),
+            _options(s, _stream(q)),
+        )
+    return out, lse
 
 
 # The scalar arguments of both ops, in Settings' order. Spelled out because custom_op infers its
@@ -130,20 +159,7 @@ def _fwd(
         deterministic,
         algo,
     )
-    out, lse = _alloc_fwd(q, v, cu_seqlens_q is not None)
-    with _on_device(q):
-        _flashkit.forward(
-            _view(q),
-            _view(k),
-            _view(v),
-            _view(out),
-            _view(lse),
-            _view(alibi_slopes),
-            _view(cu_seqlens_q),
-            _view(cu_seqlens_k),
-            s.options(_stream(q)),
-        )
-    return out, lse
+    return _fwd_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, s, True)
 
 
 fwd = torch.library.custom_op("flashkit::fwd", mutates_args=())(_fwd)
@@ -204,7 +220,7 @@ def _bwd(
             _view(alibi_slopes),
             _view(cu_seqlens_q),
             _view(cu_seqlens_k),
-            s.options(_stream(q)),
+            _options(s, _stream(q)),
         )
     return dq, dk, dv
 
@@ -278,12 +294,14 @@ class _EagerAttention(torch.autograd.Function):
         return _backward(ctx, dout, dlse)
 
 
-def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, s: Settings):
+def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, s: Settings, want_lse=True):
+    """(out, lse); lse may be None without want_lse (plain eager calls without a gradient skip
+    its allocation)."""
     if not eager(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes):
         return fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, *s)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _EagerAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, *s)
-    return _fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, *s)
+    return _fwd_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, s, want_lse)
 
 
 def backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, s: Settings):

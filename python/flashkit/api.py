@@ -105,7 +105,9 @@ def attention(
         deterministic=deterministic,
         algo=algo,
     )
-    out, lse = _backend(kind).forward(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, s)
+    out, lse = _backend(kind).forward(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, s, want_lse=return_lse
+    )
     return (out, lse) if return_lse else out
 
 

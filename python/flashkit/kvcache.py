@@ -16,6 +16,8 @@ graphs work.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import _arrays, _flashkit
@@ -37,10 +39,26 @@ def plan_paged_split(batch, q_len, heads_q, heads_kv, head_dim_v, max_seq_len, p
     )
 
 
-def _options(softmax_scale, causal, window_size, softcap, max_seqlen_q, num_splits, algo):
-    s = make_settings(
+@functools.lru_cache(maxsize=256)
+def _hashable_paged_settings(softmax_scale, causal, window_size, softcap):
+    return make_settings(
         softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap
     )
+
+
+def _paged_settings(softmax_scale, causal, window_size, softcap):
+    """make_settings of a paged call, memoised for hashable arguments (a decode step repeats
+    them every call)."""
+    plain = (type(x) in (int, float) for x in (softmax_scale or 0.0, softcap))
+    if type(window_size) is tuple and type(causal) is bool and all(plain):
+        return _hashable_paged_settings(softmax_scale, causal, window_size, softcap)
+    return make_settings(
+        softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap
+    )
+
+
+def _options(softmax_scale, causal, window_size, softcap, max_seqlen_q, num_splits, algo):
+    s = _paged_settings(softmax_scale, causal, window_size, softcap)
     o = _flashkit.PagedOptions()
     o.softmax_scale = s.softmax_scale
     o.causal = s.causal
@@ -103,11 +121,22 @@ def paged_attention(
         if kind == "torch":  # reading a CUDA tensor would synchronize the device
             raise ValueError("max_seqlen_q: expected an int with torch cu_seqlens_q, got None")
         max_seqlen_q = max_seqlen(cu_seqlens_q)
-    o = _options(softmax_scale, causal, window_size, softcap, max_seqlen_q or 0, num_splits, algo)
     arrays = (q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, cu_seqlens_q)
     if kind == "torch":
-        out, lse = _paged_torch.forward(*arrays, alibi_slopes, o)
+        s = _paged_settings(softmax_scale, causal, window_size, softcap)
+        out, lse = _paged_torch.forward(
+            arrays,
+            alibi_slopes,
+            s,
+            int(max_seqlen_q or 0),
+            int(num_splits),
+            algo,
+            return_lse,
+        )
     else:
+        o = _options(
+            softmax_scale, causal, window_size, softcap, max_seqlen_q or 0, num_splits, algo
+        )
         out = np.empty(_arrays.out_shape(q, v_pages), dtype=q.dtype)
         lse = np.empty(_arrays.lse_shape(q, packed), dtype=np.float32)
         _flashkit.paged_attention(
@@ -253,7 +282,9 @@ def cascade_attention(
 def _int32(x, like_torch: bool, device=None):
     if like_torch:
         t = _arrays.torch
-        return x.to(t.int32) if t.is_tensor(x) else t.tensor(x, dtype=t.int32, device=device)
+        if t.is_tensor(x):
+            return x if x.dtype == t.int32 else x.to(t.int32)
+        return t.tensor(x, dtype=t.int32, device=device)
     return np.ascontiguousarray(x, dtype=np.int32)
 
 

@@ -3,6 +3,8 @@ against SDPA's gradients, gradcheck in fp64, the custom ops under opcheck and
 torch.compile(fullgraph=True), CUDA-graph capture, and the errors. Skipped without torch; the CUDA
 cases run when a GPU is present and flashkit was built with its CUDA backend."""
 
+import functools
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -340,6 +342,89 @@ def test_double_backward_raises():
         (dq,) = torch.autograd.grad(out.sum(), q, create_graph=True)
         with pytest.raises(RuntimeError):
             torch.autograd.grad(dq.sum(), q)
+
+
+def paged_cache(lens, page, heads_kv, d, seed):
+    """fp64 pages [num_pages, page, heads_kv, d] (two spare), a shuffled block table (-1 unused)
+    and each sequence's keys and values [1, n, heads_kv, d] gathered from them."""
+    g = torch.Generator().manual_seed(seed)
+    counts = [-(-n // page) for n in lens]
+    num_pages = sum(counts) + 2
+    k_pages, v_pages = (
+        torch.randn(num_pages, page, heads_kv, d, generator=g, dtype=torch.float64)
+        for _ in range(2)
+    )
+    pool = torch.randperm(num_pages, generator=g)
+    table = torch.full((len(lens), max(counts)), -1, dtype=torch.int32)
+    start = 0
+    for b, c in enumerate(counts):
+        table[b, :c] = pool[start : start + c]
+        start += c
+    tokens = [[(int(table[b, t // page]), t % page) for t in range(n)] for b, n in enumerate(lens)]
+    gathered = [
+        tuple(torch.stack([p[i, s] for i, s in toks])[None] for p in (k_pages, v_pages))
+        for toks in tokens
+    ]
+    return k_pages, v_pages, table, gathered
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cuda_paged_decode_matches_reference(dtype):
+    """flash_attn_with_kvcache on CUDA pages in plain eager mode, one process through settings
+    that change between calls (the host side memoises split plans and options per shape and
+    setting): the plan's splits, one piece, 3 splits, a window, a softcap, a scale. Each output
+    against fp64 SDPA on the gathered keys by the 2x-plain rule; with and without lse (which the
+    call then does not allocate) bit-identical; a side stream's result the same."""
+    lens, page, heads_kv, heads_q, d = [1, 37, 300, 1029], 16, 2, 8, 64
+    k64, v64, table64, gathered = paged_cache(lens, page, heads_kv, d, seed=4)
+    q64 = torch.randn(
+        len(lens), 1, heads_q, d, generator=torch.Generator().manual_seed(5), dtype=torch.float64
+    )
+    q, k_pages, v_pages = (x.to("cuda", dtype) for x in (q64, k64, v64))
+    table = table64.cuda()
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    settings = [
+        {},
+        {"num_splits": 1},
+        {"num_splits": 3},
+        {"window_size": (40, 0)},
+        {"softcap": 4.0},
+        {"softmax_scale": 0.05},
+    ]
+    for kw in settings:
+        call = functools.partial(
+            flashkit.flash_attn_with_kvcache,
+            q,
+            k_pages,
+            v_pages,
+            cache_seqlens=seq_lens,
+            block_table=table,
+            causal=True,
+            **kw,
+        )
+        out = call()
+        with_lse, lse = call(return_softmax_lse=True)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            on_side = call()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        assert max_err(out, with_lse) == 0 and max_err(out, on_side) == 0, kw
+        assert lse.shape == (len(lens), heads_q, 1) and torch.isfinite(lse).all(), kw
+        for b, (k_b, v_b) in enumerate(gathered):
+            qb = q64[b : b + 1]
+            low = [x.to("cuda", dtype) for x in (qb, k_b, v_b)]
+            if "softcap" in kw:
+                want = ref.eager_softcap(qb, k_b, v_b, softcap=kw["softcap"], causal=True)
+                base = ref.eager_softcap(*low, softcap=kw["softcap"], causal=True)
+            else:
+                mask = {"causal": True, "window": kw.get("window_size", (-1, -1))}
+                scale = kw.get("softmax_scale")
+                want = ref.sdpa(qb, k_b, v_b, scale=scale, **mask)
+                base = ref.plain(*low, scale=scale, **mask)
+            assert_like_reference(out[b : b + 1].cpu(), want, base.cpu(), dtype)
 
 
 @pytest.mark.parametrize("device, dtype", CASES)
