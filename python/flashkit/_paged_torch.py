@@ -9,6 +9,7 @@ long again.
 
 from __future__ import annotations
 
+import atexit
 import functools
 from typing import Optional
 
@@ -77,6 +78,10 @@ def _paged_options(scalars, num_splits, stream):
     o.num_splits = num_splits
     o.stream = stream
     return o
+
+
+# Extension objects, like _torch_ops._options': dropped before the extension's teardown at exit.
+atexit.register(_paged_options.cache_clear)
 
 
 def _paged_call(arrays, alibi_slopes, scalars, want_lse):

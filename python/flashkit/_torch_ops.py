@@ -17,6 +17,7 @@ then call the bodies directly, through a torch.autograd.Function when a gradient
 
 from __future__ import annotations
 
+import atexit
 import functools
 from contextlib import nullcontext
 from typing import Optional
@@ -86,6 +87,11 @@ def _options(s: Settings, stream: int) -> _flashkit.Options:
     """s.options(stream), memoised (the extension only reads it): building an Options and
     setting its twelve fields costs a call ~1 us of host time."""
     return s.options(stream)
+
+
+# The memoised Options are extension objects: dropped before the interpreter tears the extension
+# down, they are not reported by nanobind's leak check at exit.
+atexit.register(_options.cache_clear)
 
 
 def _out_dtype(q: Tensor) -> torch.dtype:

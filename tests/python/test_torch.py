@@ -4,6 +4,8 @@ torch.compile(fullgraph=True), CUDA-graph capture, and the errors. Skipped witho
 cases run when a GPU is present and flashkit was built with its CUDA backend."""
 
 import functools
+import subprocess
+import sys
 
 import pytest
 
@@ -425,6 +427,26 @@ def test_cuda_paged_decode_matches_reference(dtype):
                 want = ref.sdpa(qb, k_b, v_b, scale=scale, **mask)
                 base = ref.plain(*low, scale=scale, **mask)
             assert_like_reference(out[b : b + 1].cpu(), want, base.cpu(), dtype)
+
+
+def test_no_extension_object_is_alive_at_exit():
+    """The eager paths memoise extension objects (options); nanobind reports any still alive when
+    the interpreter tears the extension down, and none may be."""
+    code = "\n".join(
+        [
+            "import torch, flashkit",
+            "q = torch.randn(1, 4, 2, 32)",
+            "flashkit.flash_attn_func(q, q, q)",
+            "pages = torch.randn(2, 16, 2, 32)",
+            "table = torch.tensor([[0, 1]], dtype=torch.int32)",
+            "lens = torch.tensor([20], dtype=torch.int32)",
+            "flashkit.flash_attn_with_kvcache(q[:, :1], pages, pages, cache_seqlens=lens,"
+            " block_table=table)",
+        ]
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "leaked" not in run.stderr, run.stderr
 
 
 @pytest.mark.parametrize("device, dtype", CASES)
