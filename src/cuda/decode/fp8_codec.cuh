@@ -64,6 +64,22 @@ __device__ __forceinline__ std::uint32_t e4m3x2_to_f16x2(std::uint32_t w) {
 #endif
 }
 
+// The four e4m3 values of `w` as two f16x2 registers, bytes (0, 1) in `lo` and (2, 3) in `hi`.
+// On sm89+ the cvt names each 16-bit half of w as its own operand, which ptxas turns into the
+// conversion's half selector (F2FP ... R.H1): no shift to bring bytes 2 and 3 down first.
+__device__ __forceinline__ void e4m3x4_to_f16x2(std::uint32_t w, std::uint32_t& lo,
+                                                std::uint32_t& hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
+      " cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+#else
+  lo = e4m3x2_to_f16x2_by_bits(w);
+  hi = e4m3x2_to_f16x2_by_bits(w >> 16);
+#endif
+}
+
 __host__ __device__ __forceinline__ std::uint8_t float_to_e4m3(float x) {
   return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
 }

@@ -70,10 +70,7 @@ __device__ __forceinline__ void k_fragments(std::uint32_t tile, int s, int lane,
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        b[n][h][0] = e4m3x2_to_f16x2(w[2 * h + n]);
-        b[n][h][1] = e4m3x2_to_f16x2(w[2 * h + n] >> 16);
-      }
+      for (int n = 0; n < 2; ++n) e4m3x4_to_f16x2(w[2 * h + n], b[n][h][0], b[n][h][1]);
     }
   } else {
     // Tiles (keys 0-7, chunk 2s), (0-7, 2s + 1), (8-15, 2s), (8-15, 2s + 1).
@@ -102,10 +99,8 @@ __device__ __forceinline__ void v_fragments(std::uint32_t tile, int s, int lane,
     for (int h = 0; h < 2; ++h) {
       const std::uint32_t keys_lo = __byte_perm(w[2 * h], 0, 0x3120);
       const std::uint32_t keys_hi = __byte_perm(w[2 * h + 1], 0, 0x3120);
-      a[h][0] = e4m3x2_to_f16x2(keys_lo);
-      a[h][1] = e4m3x2_to_f16x2(keys_lo >> 16);
-      a[h][2] = e4m3x2_to_f16x2(keys_hi);
-      a[h][3] = e4m3x2_to_f16x2(keys_hi >> 16);
+      e4m3x4_to_f16x2(keys_lo, a[h][0], a[h][1]);
+      e4m3x4_to_f16x2(keys_hi, a[h][2], a[h][3]);
     }
   } else {
     // Tiles (keys 0-7, chunk 2s), (0-7, 2s + 1), (8-15, 2s), (8-15, 2s + 1).
