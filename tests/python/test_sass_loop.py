@@ -44,3 +44,19 @@ def test_report_counts_spills_and_the_path():
     assert "9 instructions, 1 LDL/STL; shortest path 6" in text
     assert "HMMA.16816.F32.BF16 1" in text and "BRA 3" in text
     assert sass_loop.report("k", [(0, "EXIT")]) == "k: no loop"
+
+
+def test_collective_stubs_are_not_loops():
+    """ptxas puts a warp-collective operation's fallback after the function's body and jumps
+    back from it; that backward branch spans more than the loop and must not be taken for it."""
+    body = BODY + [
+        (0xb0, "WARPSYNC.COLLECTIVE R9, 0xe0"),
+        (0xc0, "SHFL.BFLY PT, R3, R3, 0x1, 0x1f"),
+        (0xd0, "ENDCOLLECTIVE"),
+        (0xe0, "BRA 0x0"),
+    ]
+    ins = sass_loop.functions(listing(body))["_Z6kernelv"]
+    lo, hi = sass_loop.main_loop(ins)
+    assert (ins[lo][0], ins[hi][0]) == (0x10, 0x90)
+    assert sass_loop.closes_collective_stub(ins, len(ins) - 1)
+    assert not sass_loop.closes_collective_stub(ins, hi)
