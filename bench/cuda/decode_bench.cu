@@ -8,10 +8,12 @@
 // ceiling (16-byte loads over 8 GiB) is measured in the same run. Writes BENCH.md's schema.
 //
 //   flashkit_decode_bench --out FILE.json [--commit SHA] [--no-ceiling] [--config B,KV ...]
-//                         [--kv-sets N] [--splits N]
+//                         [--kv-sets N] [--splits N] [--heads HQ,HKV]
 // (--config: only these (batch, kv_len) pairs, e.g. to profile one shape; --kv-sets: rotate N
 // copies of the KV instead of the L2 rule's count, e.g. 1 to replay one copy as the Python
-// suite does; --splits: num_splits N instead of the plan's choice)
+// suite does; --splits: num_splits N instead of the plan's choice; --heads: HQ query heads over
+// HKV KV heads instead of 32 / 8, e.g. 4,1 at 8x the batch reads the same bytes with each page
+// holding one head's rows back to back)
 //
 // GB/s counts the K and V bytes: 2 * batch * kv_len * kv_heads * d * bytes per element (the f32
 // e4m3 scales, 4 bytes per 16-token page and head, add 0.2 % and are not counted).
@@ -42,7 +44,7 @@ namespace {
 
 using namespace flashkit::bench;
 
-constexpr int kHeadsQ = 32, kHeadsKv = 8, kDim = 128;
+constexpr int kDim = 128;
 // Uniform [-1, 1) over this scale fills e4m3's [-64, 64): full precision, no saturation.
 constexpr float kFp8Scale = 1.0f / 64;
 constexpr std::uint32_t kSeedK = 1, kSeedV = 2, kSeedQ = 3;
@@ -91,7 +93,8 @@ double read_ceiling_gbs(int sms, cudaStream_t stream) {
 struct Config {
   int batch, kv_len, page_size;
   bool fp8;
-  double kv_bytes() const { return 2.0 * batch * double(kv_len) * kHeadsKv * kDim * (fp8 ? 1 : 2); }
+  int heads_q = 32, heads_kv = 8;  // BENCH.md's GQA 32 / 8
+  double kv_bytes() const { return 2.0 * batch * double(kv_len) * heads_kv * kDim * (fp8 ? 1 : 2); }
 };
 
 struct Row {
@@ -106,7 +109,7 @@ struct Row {
 // the reference in double from the pool values the host recomputes.
 double sampled_error(const Config& c, const std::vector<std::int32_t>& table, const void* d_out) {
   const std::int64_t pages = c.kv_len / c.page_size;
-  std::vector<std::uint16_t> out(std::size_t(c.batch) * kHeadsQ * kDim);
+  std::vector<std::uint16_t> out(std::size_t(c.batch) * c.heads_q * kDim);
   check(cudaMemcpy(out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost), "copy out");
   const double scale = 1.0 / std::sqrt(double(kDim));
   double worst = 0;
@@ -114,18 +117,18 @@ double sampled_error(const Config& c, const std::vector<std::int32_t>& table, co
   const std::vector<int> sequences =
       c.batch > 1 ? std::vector<int>{0, c.batch - 1} : std::vector<int>{0};
   for (int b : sequences) {
-    for (int hk : {0, kHeadsKv - 1}) {
+    for (int hk : {0, c.heads_kv - 1}) {
       for (int t = 0; t < c.kv_len; ++t) {
         const std::int64_t page = table[std::size_t(b * pages + t / c.page_size)];
-        const std::int64_t row = ((page * c.page_size + t % c.page_size) * kHeadsKv + hk) * kDim;
+        const std::int64_t row = ((page * c.page_size + t % c.page_size) * c.heads_kv + hk) * kDim;
         for (int e = 0; e < kDim; ++e) {
           k[std::size_t(t) * kDim + e] = stored_value(c.fp8, row + e, kSeedK);
           v[std::size_t(t) * kDim + e] = stored_value(c.fp8, row + e, kSeedV);
         }
       }
-      for (int g = 0; g < kHeadsQ / kHeadsKv; ++g) {
-        const int h = hk * (kHeadsQ / kHeadsKv) + g;
-        const std::int64_t q0 = (std::int64_t(b) * kHeadsQ + h) * kDim;
+      for (int g = 0; g < c.heads_q / c.heads_kv; ++g) {
+        const int h = hk * (c.heads_q / c.heads_kv) + g;
+        const std::int64_t q0 = (std::int64_t(b) * c.heads_q + h) * kDim;
         double m = -1e300;
         for (int t = 0; t < c.kv_len; ++t) {
           double dot = 0;
@@ -164,25 +167,25 @@ Row run_config(const Config& c, int sms, double l2_bytes, int kv_sets, int split
   const int sets =
       kv_sets > 0 ? kv_sets : int(std::clamp(std::ceil(3 * l2_bytes / c.kv_bytes()), 1.0, 4.0));
   const std::int64_t num_pages = sets * set_pages;
-  const std::int64_t pool_elems = num_pages * c.page_size * kHeadsKv * kDim;
+  const std::int64_t pool_elems = num_pages * c.page_size * c.heads_kv * kDim;
   const std::size_t elem = c.fp8 ? 1 : 2;
   Buffer k(std::size_t(pool_elems) * elem), v(std::size_t(pool_elems) * elem);
-  Buffer scales(std::size_t(num_pages) * kHeadsKv * 4);
-  Buffer q(std::size_t(c.batch) * kHeadsQ * kDim * 2),
-      out(std::size_t(c.batch) * kHeadsQ * kDim * 2);
-  Buffer lse(std::size_t(c.batch) * kHeadsQ * 4), lens(std::size_t(c.batch) * 4);
+  Buffer scales(std::size_t(num_pages) * c.heads_kv * 4);
+  Buffer q(std::size_t(c.batch) * c.heads_q * kDim * 2),
+      out(std::size_t(c.batch) * c.heads_q * kDim * 2);
+  Buffer lse(std::size_t(c.batch) * c.heads_q * 4), lens(std::size_t(c.batch) * 4);
   Buffer tables(std::size_t(sets * set_pages) * 4);
   if (c.fp8) {
     fill_e4m3<<<1024, 256, 0, stream>>>(static_cast<std::uint8_t*>(k.p), pool_elems, kSeedK);
     fill_e4m3<<<1024, 256, 0, stream>>>(static_cast<std::uint8_t*>(v.p), pool_elems, kSeedV);
-    fill_f32<<<64, 256, 0, stream>>>(static_cast<float*>(scales.p), num_pages * kHeadsKv,
+    fill_f32<<<64, 256, 0, stream>>>(static_cast<float*>(scales.p), num_pages * c.heads_kv,
                                      kFp8Scale);
   } else {
     fill_bf16<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(k.p), pool_elems, kSeedK);
     fill_bf16<<<1024, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(v.p), pool_elems, kSeedV);
   }
   fill_bf16<<<64, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(q.p),
-                                    std::int64_t(c.batch) * kHeadsQ * kDim, kSeedQ);
+                                    std::int64_t(c.batch) * c.heads_q * kDim, kSeedQ);
   check(cudaGetLastError(), "fill kernels");
 
   // Set s owns pages [s * set_pages, (s + 1) * set_pages), handed out in a shuffled order.
@@ -198,10 +201,11 @@ Row run_config(const Config& c, int sms, double l2_bytes, int kv_sets, int split
   check(cudaMemcpy(lens.p, seq_lens.data(), seq_lens.size() * 4, cudaMemcpyHostToDevice), "lens");
 
   const flashkit::PagedSplitPlan plan =
-      flashkit::plan_paged_split(c.batch, 1, kHeadsQ, kHeadsKv, kDim, c.kv_len, sms);
+      flashkit::plan_paged_split(c.batch, 1, c.heads_q, c.heads_kv, kDim, c.kv_len, sms);
   const int num_splits = splits > 0 ? splits : plan.num_splits;
   const std::int64_t workspace_elems = std::max<std::int64_t>(
-      num_splits > 1 ? flashkit::paged_workspace_elems(num_splits, c.batch, kHeadsQ, kDim) : 0, 1);
+      num_splits > 1 ? flashkit::paged_workspace_elems(num_splits, c.batch, c.heads_q, kDim) : 0,
+      1);
   Buffer workspace(std::size_t(workspace_elems) * 4);
 
   const Device dev = Device::cuda(0);
@@ -209,13 +213,13 @@ Row run_config(const Config& c, int sms, double l2_bytes, int kv_sets, int split
   std::vector<flashkit::PagedAttentionArgs> calls(static_cast<std::size_t>(sets));
   for (int s = 0; s < sets; ++s) {
     flashkit::PagedAttentionArgs& a = calls[std::size_t(s)];
-    a.q = Tensor(q.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
-    a.out = Tensor(out.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
-    a.lse = Tensor(lse.p, DType::f32, {c.batch, kHeadsQ, 1}, dev);
-    a.kv.k_pages = Tensor(k.p, kv, {num_pages, c.page_size, kHeadsKv, kDim}, dev);
-    a.kv.v_pages = Tensor(v.p, kv, {num_pages, c.page_size, kHeadsKv, kDim}, dev);
+    a.q = Tensor(q.p, DType::bf16, {c.batch, 1, c.heads_q, kDim}, dev);
+    a.out = Tensor(out.p, DType::bf16, {c.batch, 1, c.heads_q, kDim}, dev);
+    a.lse = Tensor(lse.p, DType::f32, {c.batch, c.heads_q, 1}, dev);
+    a.kv.k_pages = Tensor(k.p, kv, {num_pages, c.page_size, c.heads_kv, kDim}, dev);
+    a.kv.v_pages = Tensor(v.p, kv, {num_pages, c.page_size, c.heads_kv, kDim}, dev);
     if (c.fp8) {
-      a.kv.k_scale = Tensor(scales.p, DType::f32, {num_pages, kHeadsKv}, dev);
+      a.kv.k_scale = Tensor(scales.p, DType::f32, {num_pages, c.heads_kv}, dev);
       a.kv.v_scale = a.kv.k_scale;
     }
     a.kv.block_table = Tensor(static_cast<std::int32_t*>(tables.p) + s * set_pages, DType::i32,
@@ -227,7 +231,8 @@ Row run_config(const Config& c, int sms, double l2_bytes, int kv_sets, int split
     a.stream = stream;
   }
 
-  check(cudaMemsetAsync(out.p, 0xFF, std::size_t(c.batch) * kHeadsQ * kDim * 2, stream), "poison");
+  check(cudaMemsetAsync(out.p, 0xFF, std::size_t(c.batch) * c.heads_q * kDim * 2, stream),
+        "poison");
   flashkit::paged_attention(calls[0]);
   check(cudaStreamSynchronize(stream), "first call");
   Row r{c, num_splits, sets, true, 0, 0, sampled_error(c, table, out.p)};
@@ -283,8 +288,8 @@ void write_json(const std::string& path, const std::string& commit, const std::s
     f << (i ? ",\n  " : "\n  ") << "{\"impl\": \"" << (r.c.fp8 ? "flashkit-fp8" : "flashkit")
       << "\", \"config\": {\"batch\": " << r.c.batch << ", \"kv_len\": " << r.c.kv_len
       << ", \"page_size\": " << r.c.page_size << ", \"dtype\": \"" << (r.c.fp8 ? "e4m3" : "bf16")
-      << "\", \"heads_q\": " << kHeadsQ << ", \"heads_kv\": " << kHeadsKv << ", \"d\": " << kDim
-      << ", \"q_len\": 1"
+      << "\", \"heads_q\": " << r.c.heads_q << ", \"heads_kv\": " << r.c.heads_kv
+      << ", \"d\": " << kDim << ", \"q_len\": 1"
       << ", \"num_splits\": " << r.num_splits << "}, \"kv_sets\": " << r.kv_sets
       << ", \"graph\": " << (r.graph ? "true" : "false") << ", \"ms\": " << r.ms
       << ", \"gbs\": " << r.gbs << ", \"read_fraction\": " << (read_gbs > 0 ? r.gbs / read_gbs : 0)
@@ -298,7 +303,7 @@ void write_json(const std::string& path, const std::string& commit, const std::s
 int main(int argc, char** argv) {
   std::string out = "decode.json", commit = "unknown";
   bool ceiling = true;
-  int kv_sets = 0, splits = 0;
+  int kv_sets = 0, splits = 0, heads_q = 32, heads_kv = 8;
   std::vector<std::pair<int, int>> shapes = {{1, 32768}, {16, 8192}, {64, 4096}, {128, 2048}};
   bool chosen = false;
   for (int i = 1; i < argc; ++i) {
@@ -321,13 +326,17 @@ int main(int argc, char** argv) {
     } else if (a == "--kv-sets" && has_value && std::sscanf(argv[i + 1], "%d", &kv_sets) == 1 &&
                kv_sets >= 1 && kv_sets <= 8) {
       ++i;
+    } else if (a == "--heads" && has_value &&
+               std::sscanf(argv[i + 1], "%d,%d", &heads_q, &heads_kv) == 2 && heads_kv >= 1 &&
+               heads_q >= heads_kv && heads_q % heads_kv == 0) {
+      ++i;
     } else if (a == "--splits" && has_value && std::sscanf(argv[i + 1], "%d", &splits) == 1 &&
                splits >= 1 && splits <= 64) {
       ++i;
     } else {
       std::fprintf(stderr,
                    "usage: %s --out FILE.json [--commit SHA] [--no-ceiling] [--config BATCH,KV_LEN "
-                   "...] [--kv-sets 1..8] [--splits 1..64]\n",
+                   "...] [--kv-sets 1..8] [--splits 1..64] [--heads HEADS_Q,HEADS_KV]\n",
                    argv[0]);
       return 2;
     }
@@ -343,8 +352,9 @@ int main(int argc, char** argv) {
     for (bool fp8 : {false, true}) {
       for (int page_size : {16, 256}) {
         for (auto [batch, kv_len] : shapes) {
-          rows.push_back(run_config({batch, kv_len, page_size, fp8}, prop.multiProcessorCount,
-                                    double(prop.l2CacheSize), kv_sets, splits, stream));
+          rows.push_back(run_config({batch, kv_len, page_size, fp8, heads_q, heads_kv},
+                                    prop.multiProcessorCount, double(prop.l2CacheSize), kv_sets,
+                                    splits, stream));
         }
       }
     }

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from . import _flashkit
 from ._arrays import lse_shape, out_shape
+from ._settings import cascade_options
 from ._torch_ops import _on_device, _stream, _view, eager
 
 
@@ -160,6 +161,25 @@ def _(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, cu_seqlens_q
     return _alloc(q, v_pages, cu_seqlens_q is not None)
 
 
+def _cascade_call(arrays, scalars, want_lse):
+    """The cascade call; scalars are cascade_fwd's (softmax_scale, causal, softcap, algo). lse is
+    allocated and written only when wanted (None otherwise)."""
+    q, v_pages = arrays[0], arrays[2]
+    if want_lse:
+        out, lse = _alloc(q, v_pages, False)
+    else:
+        out, lse = q.new_empty(out_shape(q, v_pages)), None
+    batch, q_len, heads_q = q.shape[0], q.shape[1], q.shape[2]
+    elems = _flashkit.cascade_workspace_elems(batch, q_len, heads_q, v_pages.shape[-1])
+    workspace = q.new_empty((elems,), dtype=torch.float32)
+    o = cascade_options(scalars, _stream(q))
+    with _on_device(q):
+        _flashkit.cascade_attention(
+            *(_view(a) for a in arrays), _view(out), _view(lse), _view(workspace), o
+        )
+    return out, lse
+
+
 def _cascade_fwd(
     q: Tensor,
     k_pages: Tensor,
@@ -175,33 +195,10 @@ def _cascade_fwd(
     softcap: float,
     algo: str,
 ) -> tuple[Tensor, Tensor]:
-    out, lse = _alloc(q, v_pages, False)
-    batch, q_len, heads_q = q.shape[0], q.shape[1], q.shape[2]
-    elems = _flashkit.cascade_workspace_elems(batch, q_len, heads_q, v_pages.shape[-1])
-    workspace = q.new_empty((elems,), dtype=torch.float32)
-    o = _flashkit.CascadeOptions()
-    o.softmax_scale = softmax_scale
-    o.causal = causal
-    o.softcap = softcap
-    o.algo = algo
-    o.stream = _stream(q)
-    with _on_device(q):
-        _flashkit.cascade_attention(
-            _view(q),
-            _view(k_pages),
-            _view(v_pages),
-            _view(shared_block_table),
-            _view(shared_seq_len),
-            _view(suffix_k_pages),
-            _view(suffix_v_pages),
-            _view(suffix_block_table),
-            _view(suffix_seq_lens),
-            _view(out),
-            _view(lse),
-            _view(workspace),
-            o,
-        )
-    return out, lse
+    # The op's schema returns lse always.
+    shared = (q, k_pages, v_pages, shared_block_table, shared_seq_len)
+    suffix = (suffix_k_pages, suffix_v_pages, suffix_block_table, suffix_seq_lens)
+    return _cascade_call(shared + suffix, (softmax_scale, causal, softcap, algo), True)
 
 
 cascade_fwd = torch.library.custom_op("flashkit::cascade_fwd", mutates_args=())(_cascade_fwd)
@@ -212,11 +209,12 @@ def _(q, k_pages, v_pages, *rest):
     return _alloc(q, v_pages, False)
 
 
-def cascade(*arrays_and_options):
-    """cascade_fwd (or its body, in plain eager mode) with the scalars of a CascadeOptions."""
-    *arrays, o = arrays_and_options
-    op = _cascade_fwd if eager(*arrays) else cascade_fwd
-    return op(*arrays, o.softmax_scale, o.causal, o.softcap, o.algo)
+def cascade(arrays, scalars, want_lse):
+    """(out, lse) of cascade_fwd with scalars (softmax_scale, causal, softcap, algo); in plain
+    eager mode its body, which leaves lse None unless want_lse."""
+    if eager(*arrays):
+        return _cascade_call(arrays, scalars, want_lse)
+    return cascade_fwd(*arrays, *scalars)
 
 
 def append(k_new, v_new, start_pos, k_pages, v_pages, block_table, k_scale, v_scale):

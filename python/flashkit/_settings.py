@@ -6,6 +6,8 @@ custom ops (which accept only scalars and tensors) and turned into the extension
 
 from __future__ import annotations
 
+import atexit
+import functools
 from typing import NamedTuple
 
 from . import _flashkit
@@ -72,3 +74,19 @@ def make_settings(
         deterministic=bool(deterministic),
         algo=algo,
     )
+
+
+@functools.lru_cache(maxsize=64)
+def cascade_options(scalars, stream: int) -> _flashkit.CascadeOptions:
+    """The extension's CascadeOptions for scalars (softmax_scale, causal, softcap, algo) on a
+    stream (a cudaStream_t as an integer), memoised: the extension only reads it, and a decode
+    step repeats the same scalars every call."""
+    o = _flashkit.CascadeOptions()
+    o.softmax_scale, o.causal, o.softcap, o.algo = scalars
+    o.stream = stream
+    return o
+
+
+# Extension objects held by the cache are dropped before the extension's teardown at exit (a
+# nanobind object alive then is reported as leaked).
+atexit.register(cascade_options.cache_clear)

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _arrays, _flashkit
 from ._numpy_backend import max_seqlen
-from ._settings import make_settings
+from ._settings import cascade_options, make_settings
 
 if _arrays.torch is not None:
     from . import _paged_torch
@@ -138,7 +138,7 @@ def paged_attention(
             softmax_scale, causal, window_size, softcap, max_seqlen_q or 0, num_splits, algo
         )
         out = np.empty(_arrays.out_shape(q, v_pages), dtype=q.dtype)
-        lse = np.empty(_arrays.lse_shape(q, packed), dtype=np.float32)
+        lse = np.empty(_arrays.lse_shape(q, packed), dtype=np.float32) if return_lse else None
         _flashkit.paged_attention(
             q,
             k_pages,
@@ -247,11 +247,14 @@ def cascade_attention(
         shared_block_table = shared_block_table.reshape(1, -1)
     if len(shared_seq_len.shape) == 0:
         shared_seq_len = shared_seq_len.reshape(1)
-    o = _flashkit.CascadeOptions()
-    o.softmax_scale = make_settings(softmax_scale=softmax_scale).softmax_scale
-    o.causal = bool(causal)
-    o.softcap = float(softcap)
-    o.algo = algo
+    if not isinstance(algo, str):
+        raise ValueError(f"algo: expected 'auto' or 'reference', got {algo!r}")
+    scalars = (
+        make_settings(softmax_scale=softmax_scale).softmax_scale,
+        bool(causal),
+        float(softcap),
+        algo,
+    )
     arrays = (
         q,
         k_pages,
@@ -264,15 +267,17 @@ def cascade_attention(
         suffix_seq_lens,
     )
     if kind == "torch":
-        out, lse = _paged_torch.cascade(*arrays, o)
+        out, lse = _paged_torch.cascade(arrays, scalars, return_lse)
     else:
         out = np.empty(_arrays.out_shape(q, v_pages), dtype=q.dtype)
-        lse = np.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=np.float32)
+        lse = (
+            np.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=np.float32) if return_lse else None
+        )
         workspace = np.empty(
             _flashkit.cascade_workspace_elems(q.shape[0], q.shape[1], q.shape[2], v_pages.shape[3]),
             dtype=np.float32,
         )
-        _flashkit.cascade_attention(*arrays, out, lse, workspace, o)
+        _flashkit.cascade_attention(*arrays, out, lse, workspace, cascade_options(scalars, 0))
     return (out, lse) if return_lse else out
 
 

@@ -89,6 +89,10 @@ def test_cascade_errors_name_the_argument(rng):
         flashkit.cascade_attention(
             q, k_pages, v_pages, shared, lens, suffix, suffix_lens, algo="fa2"
         )
+    with pytest.raises(ValueError, match="algo"):
+        flashkit.cascade_attention(
+            q, k_pages, v_pages, shared, lens, suffix, suffix_lens, algo=["auto"]
+        )
 
 
 # --- torch ------------------------------------------------------------------------------------
@@ -135,3 +139,38 @@ def test_torch_cascade_matches_paged_attention(rng, device):
     assert out.dtype == torch.bfloat16 and out.device.type == device
     torch.testing.assert_close(out.float(), want.float(), atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse, want_lse, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch-cpu", "torch-cuda"])
+def test_cascade_writes_lse_only_when_asked(rng, monkeypatch, kind):
+    """Without return_lse the extension gets no lse array (an eager decode step saves the
+    allocation), and out is bit-identical to the call that asks for lse."""
+    suffix_lens = np.array([3, 19], dtype=np.int32)
+    k_pages, v_pages, shared, suffix, _ = make_cascade(rng, 48, suffix_lens, 16, 2, 64)
+    q = randn(rng, 2, 1, 4, 64, dtype=np.float32)
+    arrays = [q, k_pages, v_pages, shared, np.array([48], dtype=np.int32), suffix, suffix_lens]
+    if kind != "numpy":
+        torch = _torch()
+        device = kind.split("-")[1]
+        if device == "cuda" and not torch.cuda.is_available():
+            pytest.skip("no CUDA device")
+        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+        arrays = [
+            torch.from_numpy(a).to(device, dtype if a.dtype == np.float32 else None) for a in arrays
+        ]
+    lse_args = []
+    call = flashkit._flashkit.cascade_attention
+
+    def recording(*args):
+        lse_args.append(args[10])
+        return call(*args)
+
+    monkeypatch.setattr(flashkit._flashkit, "cascade_attention", recording)
+    out, lse = flashkit.cascade_attention(*arrays, return_lse=True)
+    out_alone = flashkit.cascade_attention(*arrays)
+    assert len(lse_args) == 2 and lse_args[0] is not None and lse_args[1] is None
+    assert lse.shape == (2, 4, 1)
+    if kind == "numpy":
+        np.testing.assert_array_equal(out_alone, out)
+    else:
+        assert torch.equal(out_alone, out)
