@@ -48,12 +48,15 @@ struct MmaShape {
   // scales.
   static constexpr int kStageBytes = 2 * kTileBytes + (kFp8 ? 2 * kStepKeys * 4 : 0);
   // Copy ring: kStages - 1 steps in flight per warp while it computes one, ~24 KB of ring per
-  // warp whatever a step weighs (d 128: bf16 3 stages of 8 KB, e4m3 3 of 8.25 KB). Measured
-  // (v3.0): the rate follows the bytes in flight per SM, far past Little's law with a 1-us
-  // latency, and e4m3 with bf16's 3 stages of 16-key steps (half the bytes) ran at 61 %.
+  // warp whatever a step weighs (d 128 bf16: 3 stages of 8 KB). Measured (v3.0): the bf16 rate
+  // follows the bytes in flight per SM, far past Little's law with a 1-us latency. e4m3 at d 128
+  // takes 2 stages of 8.25 KB: its 32-key steps are paced by the warps per SM, not by the bytes
+  // in flight (v3.14: 4 stages at 6 warps per SM read 10 % less than 3 at 8, and 2 stages at 8
+  // warps 1-3 % more, bf16 flat); d 64's e4m3 ring (5 stages of 4.25 KB) was not measured.
   static constexpr int kRingTarget = 24 * 1024;
   static constexpr int kStagesFit = kRingTarget / kStageBytes;
-  static constexpr int kStages = kStagesFit < 3 ? 3 : (kStagesFit > 8 ? 8 : kStagesFit);
+  static constexpr int kStages =
+      kFp8 && kHeadDim >= 128 ? 2 : (kStagesFit < 3 ? 3 : (kStagesFit > 8 ? 8 : kStagesFit));
   static constexpr int kRingBytes = kWarps * kStages * kStageBytes;
   // After the loop the ring holds each warp's normalised rows and lse for the CTA's merge.
   static constexpr int kMergeBytes = kWarps * kRowsPerCta * (kHeadDim + 1) * 4;
