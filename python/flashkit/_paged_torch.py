@@ -161,9 +161,10 @@ def _(q, k_pages, v_pages, block_table, seq_lens, k_scale, v_scale, cu_seqlens_q
     return _alloc(q, v_pages, cu_seqlens_q is not None)
 
 
-def _cascade_call(arrays, scalars, want_lse):
-    """The cascade call; scalars are cascade_fwd's (softmax_scale, causal, softcap, algo). lse is
-    allocated and written only when wanted (None otherwise)."""
+def _cascade_call(arrays, scalars, want_lse, side_stream):
+    """The cascade call; scalars are cascade_fwd's (softmax_scale, causal, softcap, algo),
+    side_stream a cudaStream_t as an integer (0: none). lse is allocated and written only when
+    wanted (None otherwise)."""
     q, v_pages = arrays[0], arrays[2]
     if want_lse:
         out, lse = _alloc(q, v_pages, False)
@@ -172,7 +173,7 @@ def _cascade_call(arrays, scalars, want_lse):
     batch, q_len, heads_q = q.shape[0], q.shape[1], q.shape[2]
     elems = _flashkit.cascade_workspace_elems(batch, q_len, heads_q, v_pages.shape[-1])
     workspace = q.new_empty((elems,), dtype=torch.float32)
-    o = cascade_options(scalars, _stream(q))
+    o = cascade_options(scalars, _stream(q), side_stream)
     with _on_device(q):
         _flashkit.cascade_attention(
             *(_view(a) for a in arrays), _view(out), _view(lse), _view(workspace), o
@@ -194,11 +195,12 @@ def _cascade_fwd(
     causal: bool,
     softcap: float,
     algo: str,
+    side_stream: int,
 ) -> tuple[Tensor, Tensor]:
     # The op's schema returns lse always.
     shared = (q, k_pages, v_pages, shared_block_table, shared_seq_len)
     suffix = (suffix_k_pages, suffix_v_pages, suffix_block_table, suffix_seq_lens)
-    return _cascade_call(shared + suffix, (softmax_scale, causal, softcap, algo), True)
+    return _cascade_call(shared + suffix, (softmax_scale, causal, softcap, algo), True, side_stream)
 
 
 cascade_fwd = torch.library.custom_op("flashkit::cascade_fwd", mutates_args=())(_cascade_fwd)
@@ -209,12 +211,13 @@ def _(q, k_pages, v_pages, *rest):
     return _alloc(q, v_pages, False)
 
 
-def cascade(arrays, scalars, want_lse):
-    """(out, lse) of cascade_fwd with scalars (softmax_scale, causal, softcap, algo); in plain
-    eager mode its body, which leaves lse None unless want_lse."""
+def cascade(arrays, scalars, want_lse, side_stream=0):
+    """(out, lse) of cascade_fwd with scalars (softmax_scale, causal, softcap, algo) and a side
+    stream (a cudaStream_t as an integer, 0: none); in plain eager mode its body, which leaves
+    lse None unless want_lse."""
     if eager(*arrays):
-        return _cascade_call(arrays, scalars, want_lse)
-    return cascade_fwd(*arrays, *scalars)
+        return _cascade_call(arrays, scalars, want_lse, side_stream)
+    return cascade_fwd(*arrays, *scalars, side_stream)
 
 
 def append(k_new, v_new, start_pos, k_pages, v_pages, block_table, k_scale, v_scale):

@@ -77,13 +77,14 @@ def make_settings(
 
 
 @functools.lru_cache(maxsize=64)
-def cascade_options(scalars, stream: int) -> _flashkit.CascadeOptions:
+def cascade_options(scalars, stream: int, side_stream: int = 0) -> _flashkit.CascadeOptions:
     """The extension's CascadeOptions for scalars (softmax_scale, causal, softcap, algo) on a
-    stream (a cudaStream_t as an integer), memoised: the extension only reads it, and a decode
-    step repeats the same scalars every call."""
+    stream and an optional side stream (cudaStream_t values as integers, 0 for none), memoised:
+    the extension only reads it, and a decode step repeats the same scalars every call."""
     o = _flashkit.CascadeOptions()
     o.softmax_scale, o.causal, o.softcap, o.algo = scalars
     o.stream = stream
+    o.side_stream = side_stream
     return o
 
 

@@ -188,6 +188,22 @@ def append_kv(
 # --- cascade (shared-prefix) attention ---------------------------------------------------------
 
 
+def _side_stream(stream, q) -> int:
+    """A cascade call's side stream as a cudaStream_t integer (0: none), checked against q."""
+    if stream is None:
+        return 0
+    torch = _arrays.torch
+    if not isinstance(stream, torch.cuda.Stream):
+        raise ValueError(f"side_stream: expected a torch.cuda.Stream or None, got {stream!r}")
+    if not q.is_cuda:
+        return 0  # CPU calls run on no stream
+    if stream.device != q.device:
+        raise ValueError(
+            f"side_stream: expected a stream on q's device {q.device}, got one on {stream.device}"
+        )
+    return stream.cuda_stream
+
+
 def cascade_attention(
     q,
     k_pages,
@@ -204,6 +220,7 @@ def cascade_attention(
     softcap=0.0,
     return_lse=False,
     algo="auto",
+    side_stream=None,
 ):
     """Attention of requests that share a prompt prefix: the prefix's pages are attended once
     for the whole batch, each request's own suffix separately, and the two results merged. Equal
@@ -219,6 +236,12 @@ def cascade_attention(
     and softmax_scale apply to both. On CUDA the prefix runs on tensor cores (f16 / bf16 pages,
     head dims 64, 128, 256) and the call allocates (with torch) and synchronizes nothing else,
     so it can be captured in a CUDA graph. algo: "auto" or "reference" (CPU only).
+
+    side_stream (CUDA, optional): a torch.cuda.Stream on q's device. Where the prefix level
+    leaves at least half of the GPU idle (short prefixes, small batches), the suffix level runs
+    on it beside the prefix level, forked from and joined back into the current stream (still
+    capturable); the result may then differ from the one-stream call's in the last bits (the
+    prefix level's keys split differently). Ignored for CPU tensors.
 
     Returns out (like q), and with return_lse also lse (f32 [batch, heads_q, q_len]).
     """
@@ -267,8 +290,14 @@ def cascade_attention(
         suffix_seq_lens,
     )
     if kind == "torch":
-        out, lse = _paged_torch.cascade(arrays, scalars, return_lse)
+        side = _side_stream(side_stream, q)
+        out, lse = _paged_torch.cascade(arrays, scalars, return_lse, side)
     else:
+        if side_stream is not None:
+            raise ValueError(
+                f"side_stream: expected None for numpy arrays (a torch.cuda.Stream applies to "
+                f"CUDA tensors), got {side_stream!r}"
+            )
         out = np.empty(_arrays.out_shape(q, v_pages), dtype=q.dtype)
         lse = (
             np.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=np.float32) if return_lse else None

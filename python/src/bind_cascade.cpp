@@ -23,8 +23,9 @@ struct CascadeOptions {
   std::optional<float> softmax_scale;
   bool causal = true;
   float softcap = 0.0f;
-  std::string algo = "auto";  // or "reference" (the fp64 oracle levels, CPU only)
-  std::uintptr_t stream = 0;  // cudaStream_t as an integer
+  std::string algo = "auto";       // or "reference" (the fp64 oracle levels, CPU only)
+  std::uintptr_t stream = 0;       // cudaStream_t as an integer
+  std::uintptr_t side_stream = 0;  // optional second stream for the suffix level (0: none)
 };
 
 void cascade(const InArray& q, const InArray& shared_k_pages, const InArray& shared_v_pages,
@@ -54,6 +55,7 @@ void cascade(const InArray& q, const InArray& shared_k_pages, const InArray& sha
   }
   a.algo = o.algo == "auto" ? Algo::automatic : Algo::reference;
   a.stream = reinterpret_cast<void*>(o.stream);
+  a.side_stream = reinterpret_cast<void*>(o.side_stream);
   nb::gil_scoped_release release;
   cascade_attention(a);
 }
@@ -67,7 +69,8 @@ void bind_cascade(nb::module_& m) {
       .def_rw("causal", &CascadeOptions::causal)
       .def_rw("softcap", &CascadeOptions::softcap)
       .def_rw("algo", &CascadeOptions::algo)
-      .def_rw("stream", &CascadeOptions::stream);
+      .def_rw("stream", &CascadeOptions::stream)
+      .def_rw("side_stream", &CascadeOptions::side_stream);
   m.def("cascade_attention", &cascade, "q"_a, "shared_k_pages"_a, "shared_v_pages"_a,
         "shared_block_table"_a, "shared_seq_len"_a, "suffix_k_pages"_a, "suffix_v_pages"_a,
         "suffix_block_table"_a, "suffix_seq_lens"_a, "out"_a, "lse"_a.none(), "workspace"_a,

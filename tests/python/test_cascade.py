@@ -93,6 +93,10 @@ def test_cascade_errors_name_the_argument(rng):
         flashkit.cascade_attention(
             q, k_pages, v_pages, shared, lens, suffix, suffix_lens, algo=["auto"]
         )
+    with pytest.raises(ValueError, match="side_stream: expected None for numpy arrays"):
+        flashkit.cascade_attention(
+            q, k_pages, v_pages, shared, lens, suffix, suffix_lens, side_stream=1
+        )
 
 
 # --- torch ------------------------------------------------------------------------------------
@@ -100,6 +104,16 @@ def test_cascade_errors_name_the_argument(rng):
 
 def _torch():
     return pytest.importorskip("torch")
+
+
+def torch_decode_case(rng):
+    """Four requests over a 320-token prefix (pages of 16, GQA 8 / 2, d 128): prefix, suffix_lens,
+    k_pages, v_pages, shared, suffix, plain (as make_cascade) and q."""
+    prefix = 320
+    suffix_lens = np.array([1, 40, 77, 130], dtype=np.int32)
+    k_pages, v_pages, shared, suffix, plain = make_cascade(rng, prefix, suffix_lens, 16, 2, 128)
+    q = randn(rng, 4, 1, 8, 128, dtype=np.float32)
+    return prefix, suffix_lens, k_pages, v_pages, shared, suffix, plain, q
 
 
 def test_torch_cascade_op_registered():
@@ -112,12 +126,7 @@ def test_torch_cascade_matches_paged_attention(rng, device):
     torch = _torch()
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    prefix, page_size, group, d = 320, 16, 4, 128
-    suffix_lens = np.array([1, 40, 77, 130], dtype=np.int32)
-    k_pages, v_pages, shared, suffix, plain = make_cascade(
-        rng, prefix, suffix_lens, page_size, 2, d
-    )
-    q = randn(rng, 4, 1, 2 * group, d, dtype=np.float32)
+    prefix, suffix_lens, k_pages, v_pages, shared, suffix, plain, q = torch_decode_case(rng)
 
     def t(x, dtype=torch.bfloat16):
         x = torch.from_numpy(x)
@@ -174,3 +183,53 @@ def test_cascade_writes_lse_only_when_asked(rng, monkeypatch, kind):
         np.testing.assert_array_equal(out_alone, out)
     else:
         assert torch.equal(out_alone, out)
+
+
+def test_torch_cascade_side_stream_must_be_a_cuda_stream(rng):
+    torch = _torch()
+    suffix_lens = np.array([5, 9], dtype=np.int32)
+    k_pages, v_pages, shared, suffix, _ = make_cascade(rng, 8, suffix_lens, 4, 1, 32)
+    q = randn(rng, 2, 1, 4, 32, dtype=np.float32)
+    lens = np.array([8], dtype=np.int32)
+    arrays = [torch.from_numpy(a) for a in (q, k_pages, v_pages, shared, lens, suffix, suffix_lens)]
+    with pytest.raises(ValueError, match="side_stream: expected a torch.cuda.Stream"):
+        flashkit.cascade_attention(*arrays, side_stream=1)
+
+
+def test_torch_cascade_on_a_side_stream(rng, monkeypatch):
+    """The side stream reaches the extension on both paths (the eager body and the custom op);
+    the result matches plain paged attention, and the eager and op calls agree bit for bit."""
+    torch = _torch()
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    prefix, suffix_lens, k_pages, v_pages, shared, suffix, plain, q = torch_decode_case(rng)
+
+    def t(x):
+        x = torch.from_numpy(x)
+        return (x.to(torch.bfloat16) if x.is_floating_point() else x).cuda()
+
+    prefix_len = np.array([prefix], dtype=np.int32)
+    arrays = [t(a) for a in (q, k_pages, v_pages, shared, prefix_len, suffix, suffix_lens)]
+    side = torch.cuda.Stream()
+    seen = []
+    call = flashkit._flashkit.cascade_attention
+
+    def recording(*args):
+        seen.append(args[-1].side_stream)
+        return call(*args)
+
+    monkeypatch.setattr(flashkit._flashkit, "cascade_attention", recording)
+    out = flashkit.cascade_attention(*arrays, side_stream=side)
+    q_, kp, vp, st, sl, sx, sxl = arrays
+    scalars = (None, True, 0.0, "auto")  # the softmax scale 1 / sqrt(d), as the eager call
+    op_out, _ = torch.ops.flashkit.cascade_fwd(q_, kp, vp, st, sl, kp, vp, sx, sxl, *scalars, 0)
+    op_side, _ = torch.ops.flashkit.cascade_fwd(
+        q_, kp, vp, st, sl, kp, vp, sx, sxl, *scalars, side.cuda_stream
+    )
+    assert seen == [side.cuda_stream, 0, side.cuda_stream]
+    assert torch.equal(op_side, out)
+    want = flashkit.paged_attention(
+        q_, kp, vp, t(plain), t((suffix_lens + prefix).astype(np.int32))
+    )
+    torch.testing.assert_close(out.float(), want.float(), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(op_out.float(), out.float(), atol=2e-2, rtol=2e-2)
