@@ -50,9 +50,10 @@ struct MmaShape {
   // Copy ring: kStages - 1 steps in flight per warp while it computes one, ~24 KB of ring per
   // warp whatever a step weighs (d 128 bf16: 3 stages of 8 KB). Measured (v3.0): the bf16 rate
   // follows the bytes in flight per SM, far past Little's law with a 1-us latency. e4m3 at d 128
-  // takes 2 stages of 8.25 KB: its 32-key steps are paced by the warps per SM, not by the bytes
-  // in flight (v3.14: 4 stages at 6 warps per SM read 10 % less than 3 at 8, and 2 stages at 8
-  // warps 1-3 % more, bf16 flat); d 64's e4m3 ring (5 stages of 4.25 KB) was not measured.
+  // takes 2 stages of 8.25 KB: its warps wait mostly on their own dependent instructions, not on
+  // memory (v3.14, ncu), and 2 stages at 8 warps per SM read 1-3 % more than 3 (4 stages at 6
+  // warps 10 % less, 10 warps 2.4 % less; bf16 flat); d 64's e4m3 ring (5 stages of 4.25 KB) was
+  // not measured.
   static constexpr int kRingTarget = 24 * 1024;
   static constexpr int kStagesFit = kRingTarget / kStageBytes;
   static constexpr int kStages =
