@@ -4,8 +4,9 @@
 // accumulator is mma.sync's m16n8 layout once per warp). Two overlaps hide it behind the tensor
 // cores:
 //  - inside the warpgroup, block i + 1's S = Q K^T and block i's O += P V are issued together;
-//    the softmax of block i + 1 runs as soon as S is done, while P V still runs, and only the O
-//    rescale waits for P V (softmax_update / rescale_o);
+//    the softmax of block i + 1 runs as soon as S is done, while P V still runs. O is rescaled
+//    by block i + 1's max after that P V's wait, or with T::kRescaleUnderS one step later,
+//    between the issue of block i + 2's S and of block i + 1's P V (softmax_update / rescale_o);
 //  - between the consumer warpgroups (pingpong), each issues its GEMMs only after the one before
 //    it in the ring has issued its own (FwdNamedBarrier::schedule + c), so one warpgroup's softmax
 //    overlaps another's GEMMs.
@@ -157,6 +158,7 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
   ptx::mbarrier_arrive(&bar.k_empty[it % T::kStages]);
   softmax_of_block<T>(s, acc, c, n, alpha);
   to_probs<T>(probs, s);
+  if constexpr (T::kRescaleUnderS) alpha[0][0] = alpha[0][1] = 1.0f;  // O is still zero
 
   int next = range.next(n);
   if (last_consumer && next >= 0) ptx::named_barrier_arrive(next_turn, 256);
@@ -168,6 +170,10 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
     ptx::named_barrier_sync(my_turn, 256);
     ptx::wgmma_fence();
     issue_qk<T>(s, c, k_stage);
+    if constexpr (T::kRescaleUnderS) {
+      sm80::rescale_o<T>(acc, alpha);  // block n's max, under S on the tensor cores
+      ptx::wgmma_fence();
+    }
     issue_pv<T>(acc, probs, c, v_stage);
     if (!last_consumer || after >= 0) ptx::named_barrier_arrive(next_turn, 256);
 
@@ -177,7 +183,7 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
     ptx::wgmma_wait<0>();
     ptx::warpgroup_fence_operands(flat<T::kD>(acc.o));
     ptx::mbarrier_arrive(&bar.v_empty[v_stage]);
-    sm80::rescale_o<T>(acc, alpha);
+    if constexpr (!T::kRescaleUnderS) sm80::rescale_o<T>(acc, alpha);
     to_probs<T>(probs, s);
     n = next;
     next = after;
@@ -186,6 +192,7 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
   // The last block's P V (its count is it - 1).
   const int v_stage = (it - 1) % T::kStages;
   wait_stage<kKvGenericProxy>(&bar.v_full[v_stage], parity(it - 1));
+  if constexpr (T::kRescaleUnderS) sm80::rescale_o<T>(acc, alpha);
   ptx::wgmma_fence();
   issue_pv<T>(acc, probs, c, v_stage);
   ptx::wgmma_wait<0>();

@@ -108,6 +108,12 @@ struct FwdTraits {
   // thread: its rescale sits between one block's P V and the next one's issue. Measured at d = 256
   // +5-7 %, at d = 64 -5 % and at d = 128 -4..+2 % (docs/kernels/sm90_fwd.md, v17).
   static constexpr bool kStaleMax = kD >= 256;
+  // Where O is rescaled (fwd_mainloop.cuh): between the issue of the next S and this block's
+  // P V (FlashAttention-3's order), under that S on the tensor cores, rather than after P V's
+  // wait. Measured at d = 256 +1-2 % and at d = 128 in 176-key blocks 0..+1.5 %, but at d = 64
+  // -1..-3 % and d = 128 in 128-key blocks -1.5..-3 %, where the later P V issue delays the
+  // other warpgroup's turn (docs/kernels/sm90_fwd.md, v21).
+  static constexpr bool kRescaleUnderS = kD >= 256 || kBlockN >= 176;
 
   static constexpr int kSlabBytesPerRow = 128;  // 64 f16/bf16 elements: the swizzle span
   static constexpr int kSlabs = kD / 64;
