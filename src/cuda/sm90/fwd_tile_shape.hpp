@@ -105,8 +105,9 @@ struct FwdTraits {
   static constexpr int kMmaM = 1;
   static constexpr int kRowsPerWarp = 16;
   // The softmax's held max (sm80/fwd_softmax.cuh, kStaleMaxSlack), on where O is 128 registers a
-  // thread: its rescale sits between one block's P V and the next one's issue. Measured at d = 256
-  // +5-7 %, at d = 64 -5 % and at d = 128 -4..+2 % (docs/kernels/sm90_fwd.md, v17).
+  // thread, so most blocks skip its rescale. Measured (with the rescale between one block's P V
+  // and the next one's issue) at d = 256 +5-7 %, at d = 64 -5 % and at d = 128 -4..+2 %
+  // (docs/kernels/sm90_fwd.md, v17).
   static constexpr bool kStaleMax = kD >= 256;
   // Where O is rescaled (fwd_mainloop.cuh): between the issue of the next S and this block's
   // P V (FlashAttention-3's order), under that S on the tensor cores, rather than after P V's
