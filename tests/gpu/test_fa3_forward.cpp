@@ -192,10 +192,11 @@ std::vector<double> run_out(const CaseData& c, Algo algo) {
   return out.values();
 }
 
-// Without varlen, more work units than SMs (160-320 here, against the H200's 132) run on
+// Without varlen, more work units than CTAs (160-320 here at d = 128, against the H200's 132; at
+// d = 64, below 2048 keys or under a mask, 640 and 336 against two CTAs per SM: 264) run on
 // persistent CTAs of one to four tiles each: both Q buffers are reused and the pipeline's stages
 // and phases carry over from tile to tile (odd and even block counts per tile). Without a mask
-// a unit is a tile (d = 64 below 1024 keys takes the 2-consumer shape); under a mask the pair of
+// a unit is a tile (d = 64 takes the one-consumer shape there); under a mask the pair of
 // tiles m and last - m, with the middle tile of an odd count alone, tiles of no visible key
 // (more queries than keys, bottom-right aligned) and windows. The f32 output takes the register
 // epilogue, which releases Q without a store.

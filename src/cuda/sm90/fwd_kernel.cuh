@@ -39,7 +39,7 @@ __device__ __forceinline__ int opaque(int x) {
 // kPersistent: the CTA walks tiles blockIdx.x, + gridDim.x, ...; otherwise it runs one. Source:
 // where K and V come from and the tile's rows go (fwd_kv_source.cuh).
 template <class T, bool kPersistent, class Source>
-__global__ void __launch_bounds__(T::kThreads, 1)
+__global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
     fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
                const __grid_constant__ Source src) {
   extern __shared__ unsigned char smem_raw[];
@@ -139,9 +139,10 @@ void launch_fwd_with(const FwdParams& p, const FwdMaps& maps, int multiprocessor
   if (FwdWalk<T::kBlockM, false>(p).units(p) == 0) return;
   check_units<T>(p);
   if constexpr (T::kPersistentFits) {
-    if (fwd_walk_persistent<T::kBlockM>(p, multiprocessors)) {
-      return launch_grid(fwd_kernel<T, true, ContiguousSource>, dim3(unsigned(multiprocessors)),
-                         T::kThreads, T::kSmemBytes, p, maps, ContiguousSource{}, stream);
+    const int ctas = multiprocessors * T::kCtasPerSm;
+    if (fwd_walk_persistent<T::kBlockM>(p, ctas)) {
+      return launch_grid(fwd_kernel<T, true, ContiguousSource>, dim3(unsigned(ctas)), T::kThreads,
+                         T::kSmemBytes, p, maps, ContiguousSource{}, stream);
     }
   }
   const dim3 grid(unsigned(FwdWalk<T::kBlockM, false>(p).q_tiles), unsigned(p.heads_q),

@@ -4,16 +4,16 @@
 // fastest, last tile first (under a causal mask the last tiles see the most keys, so they start
 // first), then the query head, then the sequence.
 //  - One CTA per tile: varlen batches, tile shapes without room for a persistent CTA
-//    (FwdTraits::kPersistentFits), calls with no more units than SMs, and calls without a mask
-//    from 4096 keys on (fwd_walk_persistent).
-//  - Otherwise persistent: one CTA per SM, CTA b taking units b, b + grid, b + 2 grid, ... The
-//    producer then loads the next tile's Q and first K while the consumers still finish this
-//    one (fwd_sync.hpp), which saves per tile a CTA launch, the barrier set-up and the Q and
-//    first-K latency. The static round robin needs units of equal work: without a mask a unit
-//    is one tile (all visit every KV block); under a mask it is the pair of query tiles m and
-//    q_tiles - 1 - m of one (sequence, head), whose block counts sum to the same number under a
-//    causal mask (tiles one by one over a static round robin left SMs idle at the end of the
-//    grid: docs/kernels/sm90_fwd.md, v4, -5 to -29 %).
+//    (FwdTraits::kPersistentFits), calls with no more units than the CTAs an SM count holds,
+//    and calls without a mask from 4096 keys on (fwd_walk_persistent).
+//  - Otherwise persistent: FwdTraits::kCtasPerSm CTAs per SM, CTA b taking units b, b + grid,
+//    b + 2 grid, ... The producer then loads the next tile's Q and first K while the consumers
+//    still finish this one (fwd_sync.hpp), which saves per tile a CTA launch, the barrier
+//    set-up and the Q and first-K latency. The static round robin needs units of equal work:
+//    without a mask a unit is one tile (all visit every KV block); under a mask it is the pair of
+//    query tiles m and q_tiles - 1 - m of one (sequence, head), whose block counts sum to the same
+//    number under a causal mask (tiles one by one over a static round robin left SMs idle at the
+//    end of the grid: docs/kernels/sm90_fwd.md, v4, -5 to -29 %).
 #pragma once
 
 #include <cstdint>
@@ -70,16 +70,16 @@ struct FwdWalk {
   }
 };
 
-// Whether a call takes the persistent walk with `multiprocessors` SMs (one CTA fills an SM):
-// more units than SMs, and tiles whose lengths a static round robin balances: equal without a
+// Whether a call takes the persistent walk over `ctas` CTAs (FwdTraits::kCtasPerSm per SM):
+// more units than CTAs, and tiles whose lengths a static round robin balances: equal without a
 // mask, pairs of equal sum under a causal mask, and no varlen batch (sequences of any length).
 // Without a mask it also needs fewer than 4096 keys: from there on the persistent walk
 // measured slower than one CTA per tile (H200, d = 128, N = 4k: 609 against 623 TFLOP/s; the
 // cause is not found), where under a causal mask it still gains (+4 %).
 template <int kBlockM>
-inline bool fwd_walk_persistent(const FwdParams& p, int multiprocessors) {
+inline bool fwd_walk_persistent(const FwdParams& p, int ctas) {
   return p.cu_seqlens_q == nullptr && (core::masks_anything(p.mask) || p.seqlen_k < 4096) &&
-         FwdWalk<kBlockM, true>(p).units(p) > multiprocessors;
+         FwdWalk<kBlockM, true>(p).units(p) > ctas;
 }
 
 }  // namespace flashkit::cuda::sm90

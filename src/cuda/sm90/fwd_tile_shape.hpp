@@ -1,21 +1,27 @@
 // The one place that sizes the sm90 forward's tiles and shared memory, per head dim and call.
 //
 // A CTA is one producer warpgroup (TMA loads of Q once and of K, V per block through kStages
-// stages) and 2 or 3 consumer warpgroups, each owning 64 of the tile's query rows (one wgmma m64
-// row block). Per consumer thread: S = block_n / 2 f32, O = d / 2 f32, P = block_n / 4
+// stages) and 1, 2 or 3 consumer warpgroups, each owning 64 of the tile's query rows (one wgmma
+// m64 row block). Per consumer thread: S = block_n / 2 f32, O = d / 2 f32, P = block_n / 4
 // registers; with setmaxnreg the producer keeps 24 registers and the consumers share the rest
-// (2 consumers: 128 x 24 + 256 x 240 = 64512 of the SM's 65536; 3: 128 x 24 + 384 x 160 = 64512).
+// of the CTA's share of the register file (2 consumers: 128 x 24 + 256 x 240 = 64512 of the
+// SM's 65536; 3: 128 x 24 + 384 x 160 = 64512; 1, two CTAs per SM: 128 x 24 + 128 x 232 = 32768).
 //   d 64:  192 x 128, 3 consumers (S 64 + O 32 + P 32 fit 160); smem Q 24 KB + 2 stages x
 //          (K + V) 64 KB = 88 KB. Three consumers, not two: at 128 x 128 the kernel was
 //          issue-bound with 2.25 warps per scheduler (ncu, N = 4k: 48 % of issue slots used);
 //          a third consumer adds a warp per scheduler and shares each K/V block among 192 rows
-//          (H200: +10-15 % at N >= 2k). 128 x 128 with 2 consumers instead:
-//          - without a mask below 1024 keys, where the 2-consumer CTA's persistent walk (which 3
-//            consumers have no registers for: fwd_tile_scheduler.cuh) pays more (N = 512:
-//            +7 %; 1k: -1 %; 2k: -11 %), and where 192-row tiles would pad the query rows by
-//            more than an eighth over 128-row ones (1-128 query rows: by half);
+//          (H200: +10-15 % at N >= 2k). 64 x 128 with one consumer, two CTAs per SM (each with
+//          two 8 KB Q buffers and its own 64 KB of stages: 2 x 82 KB), instead:
+//          - without a mask below 2048 keys, where the CTA's persistent walk (which 3 consumers
+//            have no registers for: fwd_tile_scheduler.cuh) pays more, and where 192-row tiles
+//            would pad the query rows by more than an eighth over 64-row ones;
 //          - under a causal or window mask below 4096 query rows: 192-row tiles cross the
-//            diagonal over more masked blocks (causal N = 1k: -12 %; 4k: +2 %; 16k: +4-7 %).
+//            diagonal over more masked blocks (causal N = 1k: -12 % against 128 x 128).
+//          The two CTAs of an SM walk their tiles apart (no pingpong turn between them), so one's
+//          tile end runs under the other's mainloop; each reads K and V per 64 query rows. H200,
+//          against 128 x 128 tiles of two consumers: N = 512 +5.8 %, causal 512 / 1k / 2k
+//          +2.3 / +3.6 / +4.0 %; against 192 x 128: N = 1k +4.0 %, 2k -7 %, 8k -10 %, causal
+//          4k -1.5 % (docs/kernels/sm90_fwd.md, v23).
 //   d 128: 128 x 176 from 8192 keys on (S 88 + O 64 + P 44); 32 KB + 176 KB = 208 KB: 27 %
 //          fewer blocks, so less per-block work (barrier waits, row maxima, O rescale): H200
 //          +3-9 % at 8k-16k keys, causal +1-5 %. Below, 128 x 128 (S 64 + O 64; 160 KB): with
@@ -54,8 +60,8 @@ constexpr bool fwd_192_rows_pad_little(int seqlen_q) {
 constexpr FwdShape fwd_shape(int head_dim, bool masked, int seqlen_q, int seqlen_k) {
   if (head_dim <= 64) {
     const bool three =
-        masked ? seqlen_q >= 4096 : seqlen_k >= 1024 && fwd_192_rows_pad_little(seqlen_q);
-    return {three ? 3 : 2, 128};
+        masked ? seqlen_q >= 4096 : seqlen_k >= 2048 && fwd_192_rows_pad_little(seqlen_q);
+    return {three ? 3 : 1, 128};
   }
   if (head_dim <= 128) return {2, seqlen_k >= 8192 ? 176 : 128};
   return {2, 80};
@@ -97,9 +103,13 @@ struct FwdTraits {
   static constexpr int kStages = kFwdStages;
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;
+  // One consumer: two CTAs share an SM, each walking its own 64-row tiles with its own stages
+  // (d 64 above; at d = 128 the 64-key blocks two CTAs' stages would allow measured -5..-17 %).
+  static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
   static constexpr int kProducerRegs = 24;
-  // What is left of the register file, in setmaxnreg's multiples of 8.
-  static constexpr int kConsumerRegs = (65536 - 128 * kProducerRegs) / kConsumerThreads / 8 * 8;
+  // What is left of the CTA's share of the register file, in setmaxnreg's multiples of 8.
+  static constexpr int kConsumerRegs =
+      (65536 / kCtasPerSm - 128 * kProducerRegs) / kConsumerThreads / 8 * 8;
   // What the sm80 softmax helpers (sm80/fwd_softmax.cuh) read: each consumer warp owns one m16
   // row block, warp w of the consumer warps rows 16w..16w+15.
   static constexpr int kMmaM = 1;
@@ -126,11 +136,13 @@ struct FwdTraits {
   }
   // A persistent CTA (fwd_tile_scheduler.cuh) needs a second Q buffer (with one, the next
   // tile's Q would wait for this tile's epilogue) and registers for the tile loop: with 3
-  // consumers (160 registers each) ptxas spilled ~200 B per thread in the mainloop, with 2
-  // none. So two Q buffers with 2 consumers where they fit (d 64: 96 KB; d 128 with 128-key
-  // blocks: 192 KB), one otherwise (d 64 with 3 consumers, 88 KB; d 128 with 176-key blocks,
-  // where 240 KB would not fit; d 256, 288 KB).
-  static constexpr int kQBuffers = kConsumers == 2 && smem_bytes(2) <= 227 * 1024 ? 2 : 1;
+  // consumers (160 registers each) ptxas spilled ~200 B per thread in the mainloop, with 1 or 2
+  // none. So two Q buffers with 1 or 2 consumers where they fit (d 64: 80 KB a CTA with one
+  // consumer, 96 KB with two; d 128 with 128-key blocks: 192 KB), one otherwise (d 64 with 3
+  // consumers, 88 KB; d 128 with 176-key blocks, where 240 KB would not fit; d 256, 288 KB). An
+  // SM's 228 KB hold its CTAs' shared memory plus 1 KB each that the system reserves.
+  static constexpr int kQBuffers =
+      kConsumers <= 2 && kCtasPerSm * (smem_bytes(2) + 1024) <= 228 * 1024 ? 2 : 1;
   static constexpr bool kPersistentFits = kQBuffers == 2;
   static constexpr int kKOffset = kQBuffers * kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKvBytes;
@@ -138,15 +150,16 @@ struct FwdTraits {
   static constexpr int kSmemBytes = smem_bytes(kQBuffers);
 
   static_assert(kD % 64 == 0, "sm90 forward tiles d in 64-element slabs");
-  static_assert(kConsumers == 2 || (kConsumers == 3 && kD <= 64),
-                "consumer warpgroups: 2 (pingpong), 3 where the registers allow");
+  static_assert(kConsumers == 2 || kD <= 64,
+                "consumer warpgroups: 2 (pingpong); 1 or 3 where registers and smem allow");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma n and k steps");
   static_assert(fwd_shapes_compiled(kD), "fwd_shape gives a shape no instance compiles");
   static_assert(kConsumers <= kFwdMaxConsumers, "FwdNamedBarrier ids per consumer");
   static_assert(kConsumerRegs <= 240, "setmaxnreg: at most 256, and the kernel needs no more");
   static_assert(kStages == kFwdStages, "FwdBarriers holds the stages");
   static_assert(kQBuffers <= kFwdMaxQBuffers, "FwdBarriers holds the Q buffers");
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA on sm90");
+  static_assert(kSmemBytes <= 227 * 1024 && kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024,
+                "shared memory per CTA and per SM on sm90");
 };
 
 }  // namespace flashkit::cuda::sm90
