@@ -12,9 +12,9 @@
 //    overlaps another's GEMMs.
 // Consumer 0 goes first: the last consumer opens its barrier once before the loop. All run the
 // same blocks, so over L loop steps each barrier sees L syncs and L arrivals (the last consumer
-// skips its arrival after its last step): every tile leaves the barriers as it found them. A CTA
-// of one consumer takes no turns: two such CTAs share an SM and the warp schedulers interleave
-// them (fwd_tile_shape.hpp).
+// skips its arrival after its last step): every tile leaves the barriers as it found them. Where
+// T::kPingpong is off (one consumer, and d = 128 in 128-key blocks, where turns measured slower)
+// the warp schedulers interleave the warpgroups, and the two one-consumer CTAs of an SM, freely.
 #pragma once
 
 #include <cstdint>
@@ -163,14 +163,13 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
   if constexpr (T::kRescaleUnderS) alpha[0][0] = alpha[0][1] = 1.0f;  // O is still zero
 
   int next = range.next(n);
-  constexpr bool kPingpong = T::kConsumers > 1;
-  if (kPingpong && last_consumer && next >= 0) ptx::named_barrier_arrive(next_turn, 256);
+  if (T::kPingpong && last_consumer && next >= 0) ptx::named_barrier_arrive(next_turn, 256);
   for (++it; next >= 0; ++it) {
     const int k_stage = it % T::kStages, v_stage = (it - 1) % T::kStages;
     const int after = range.next(next);
     wait_stage<kKvGenericProxy>(&bar.k_full[k_stage], parity(it));
     wait_stage<kKvGenericProxy>(&bar.v_full[v_stage], parity(it - 1));
-    if constexpr (kPingpong) ptx::named_barrier_sync(my_turn, 256);
+    if constexpr (T::kPingpong) ptx::named_barrier_sync(my_turn, 256);
     ptx::wgmma_fence();
     issue_qk<T>(s, c, k_stage);
     if constexpr (T::kRescaleUnderS) {
@@ -178,7 +177,7 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
       ptx::wgmma_fence();
     }
     issue_pv<T>(acc, probs, c, v_stage);
-    if (kPingpong && (!last_consumer || after >= 0)) ptx::named_barrier_arrive(next_turn, 256);
+    if (T::kPingpong && (!last_consumer || after >= 0)) ptx::named_barrier_arrive(next_turn, 256);
 
     ptx::wgmma_wait<1>();  // S of block `next` (committed first) is done; P V may still run
     ptx::mbarrier_arrive(&bar.k_empty[k_stage]);

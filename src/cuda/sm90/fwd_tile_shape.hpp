@@ -125,6 +125,11 @@ struct FwdTraits {
   // -1..-3 % and d = 128 in 128-key blocks -1.5..-3 %, where the later P V issue delays the
   // other warpgroup's turn (docs/kernels/sm90_fwd.md, v21).
   static constexpr bool kRescaleUnderS = kD >= 256 || kBlockN >= 176;
+  // Whether the consumer warpgroups take turns to issue their GEMMs (pingpong, fwd_mainloop.cuh).
+  // Measured without turns, same process: d = 128 in 128-key blocks +0.6..+3.4 % (N 512-4k,
+  // causal 512-2k), but in 176-key blocks -0.8..-1.9 %, d = 64 in 192-row tiles -1..-5 %, d = 256
+  // -0.7..+0.3 % (docs/kernels/sm90_fwd.md, v24). One consumer has no one to take turns with.
+  static constexpr bool kPingpong = kConsumers > 1 && !(kD == 128 && kBlockN == 128);
 
   static constexpr int kSlabBytesPerRow = 128;  // 64 f16/bf16 elements: the swizzle span
   static constexpr int kSlabs = kD / 64;
