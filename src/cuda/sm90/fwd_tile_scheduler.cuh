@@ -4,7 +4,7 @@
 // fastest, last tile first (under a causal mask the last tiles see the most keys, so they start
 // first), then the query head, then the sequence.
 //  - One CTA per tile: varlen batches, tile shapes without room for a persistent CTA
-//    (FwdTraits::kPersistentFits), calls with no more units than the CTAs an SM count holds,
+//    (FwdTraits::kPersistentFits), calls with no more units than a persistent grid has CTAs,
 //    and calls without a mask from 4096 keys on (fwd_walk_persistent).
 //  - Otherwise persistent: FwdTraits::kCtasPerSm CTAs per SM, CTA b taking units b, b + grid,
 //    b + 2 grid, ... The producer then loads the next tile's Q and first K while the consumers

@@ -17,11 +17,11 @@
 //            would pad the query rows by more than an eighth over 64-row ones;
 //          - under a causal or window mask below 4096 query rows: 192-row tiles cross the
 //            diagonal over more masked blocks (causal N = 1k: -12 % against 128 x 128).
-//          The two CTAs of an SM walk their tiles apart (no pingpong turn between them), so one's
-//          tile end runs under the other's mainloop; each reads K and V per 64 query rows. H200,
-//          against 128 x 128 tiles of two consumers: N = 512 +5.8 %, causal 512 / 1k / 2k
-//          +2.3 / +3.6 / +4.0 %; against 192 x 128: N = 1k +4.0 %, 2k -7 %, 8k -10 %, causal
-//          4k -1.5 % (docs/kernels/sm90_fwd.md, v23).
+//          The two CTAs of an SM are not ordered against each other (no pingpong turn between
+//          them); each reads K and V per 64 query rows. H200, against 128 x 128 tiles of two
+//          consumers: N = 512 +5.8 %, causal 512 / 1k / 2k +2.3 / +3.6 / +4.0 %; against
+//          192 x 128: N = 1k +4.0 %, 2k -7 %, 8k -10 %, causal 4k -1.5 % (docs/kernels/sm90_fwd.md,
+//          v23).
 //   d 128: 128 x 176 from 8192 keys on (S 88 + O 64 + P 44); 32 KB + 176 KB = 208 KB: 27 %
 //          fewer blocks, so less per-block work (barrier waits, row maxima, O rescale): H200
 //          +3-9 % at 8k-16k keys, causal +1-5 %. Below, 128 x 128 (S 64 + O 64; 160 KB): with
@@ -104,7 +104,7 @@ struct FwdTraits {
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;
   // One consumer: two CTAs share an SM, each walking its own 64-row tiles with its own stages
-  // (d 64 above; at d = 128 the 64-key blocks two CTAs' stages would allow measured -5..-17 %).
+  // (d 64 above; at d = 128 the 64-key blocks two CTAs' stages would allow measured -5..-18 %).
   static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
   static constexpr int kProducerRegs = 24;
   // What is left of the CTA's share of the register file, in setmaxnreg's multiples of 8.
