@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <numeric>
+#include <string>
 
 #include "core/softmax_state.hpp"
 #include "core/validate.hpp"
@@ -119,7 +120,10 @@ std::string sm90_unsupported(const PagedAttentionArgs& a, const core::PagedDims&
   if (!sm90::fwd_has_head_dim(int(d.head_dim))) {
     return "head dim not in " + sm90::fwd_head_dims_text() + " for the sm90 kernel";
   }
-  if (o.pack_gqa && 128 % d.group() != 0) return "a GQA group not dividing 128 for the sm90 kernel";
+  const int tile_rows = sm90::fwd_paged_block_m(int(d.head_dim));
+  if (o.pack_gqa && tile_rows % d.group() != 0) {
+    return "a GQA group not dividing the sm90 kernel's " + std::to_string(tile_rows) + "-row tiles";
+  }
   // The row copies (sm90/fwd_paged_rows.cuh) offset a head's rows in 32-bit arithmetic.
   if (d.page_size <= kSm90RowCopyMaxPage) {
     for (const Tensor* t : {&a.kv.k_pages, &a.kv.v_pages}) {

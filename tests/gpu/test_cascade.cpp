@@ -465,6 +465,42 @@ TEST(CudaPagedForward, GqaPackedRowsWithoutPositionalMasks) {
   }
 }
 
+// The sm90 kernel packs a GQA group into its tiles' query rows: 64 at d = 64, 128 otherwise. A
+// group of 128 divides the d = 128 tile but not the d = 64 one, where the sm90 kernel refuses it
+// by name and the automatic choice runs the sm80 kernel, which matches the oracle.
+TEST(CudaPagedForward, GqaPackThatDoesNotDivideTheTileRunsOnSm80) {
+  int device = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaSuccess, cudaGetDevice(&device));
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  for (std::int64_t d : {64, 128}) {
+    PagedSpec s = forward_spec(DType::bf16, 16, 128, 3);
+    s.head_dim = d;
+    s.causal = false;
+    SCOPED_TRACE(s.name());
+    const PagedCase c = make_paged_case(s);
+    HostTensor out(s.q_dtype, c.out_shape());
+    const DevicePaged dev(c);
+    DeviceTensor d_out(out);
+    const PagedAttentionArgs a = dev.args(c, d_out.view(), Tensor());
+    const core::PagedDims dims = core::validate_paged(a, 1);
+    cuda::PagedFwdOptions sm90, packed;
+    sm90.kernel = cuda::PagedFwdKernel::sm90;
+    sm90.pack_gqa = packed.pack_gqa = true;
+    const std::string why = cuda::paged_fwd_unsupported(a, dims, sm90);
+    if (why != "the sm90 kernel in a build without sm_90a" && 10 * major + minor == 90) {
+      EXPECT_EQ(d == 64 ? "a GQA group not dividing the sm90 kernel's 64-row tiles" : "", why);
+      EXPECT_EQ(d == 64 ? cuda::PagedFwdKernel::sm80 : cuda::PagedFwdKernel::sm90,
+                cuda::paged_fwd_kernel(a, dims, packed));
+    }
+    const PagedResult oracle = run_paged(c, Algo::reference, 1, DType::f64);
+    const ForwardResult ref = plain_forward(contiguous_case(c, s.q_dtype));
+    const PagedResult got = run_paged_gpu(c, s.q_dtype, true, packed);
+    EXPECT_EQ("", check_close("out", got.out, oracle.out, ref.out, kAtol));
+    EXPECT_EQ("", check_lse(got.lse, oracle.lse, kLseTol));
+  }
+}
+
 TEST(CudaPagedForward, HeadDims64And256) {
   for (std::int64_t d : {64, 256}) {
     PagedSpec s = forward_spec(DType::f16, 16, 4, 37);

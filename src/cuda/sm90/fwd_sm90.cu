@@ -80,6 +80,10 @@ void fwd(const AttentionArgs& a, const core::ProblemDims& d, const FwdParams& p,
   });
 }
 
+int fwd_paged_block_m(int head_dim) {
+  return 64 * fwd_paged_shape(head_dim).consumers;
+}
+
 int fwd_paged_block_n(int head_dim) {
   return fwd_paged_shape(head_dim).block_n;
 }

@@ -24,9 +24,10 @@ void fwd(const AttentionArgs& a, const core::ProblemDims& d, const FwdParams& p,
          cudaStream_t stream);
 
 // Over cache pages, for cuda/paged_fwd.cpp, which checks what fwd does and more: a GQA pack
-// dividing 128 and box_rows, either 0 (rows by cp.async: fwd_paged_rows.cuh) or a power of two
-// dividing the page size, fwd_paged_block_n and (with key splits) split_keys (TMA boxes:
-// fwd_kv_source.cuh).
+// dividing fwd_paged_block_m and box_rows, either 0 (rows by cp.async: fwd_paged_rows.cuh) or a
+// power of two dividing the page size, fwd_paged_block_n and (with key splits) split_keys (TMA
+// boxes: fwd_kv_source.cuh).
+int fwd_paged_block_m(int head_dim);  // query rows per tile: 64 at d = 64, 128 otherwise
 int fwd_paged_block_n(int head_dim);
 void fwd_paged(const PagedAttentionArgs& a, const FwdParams& p, const sm80::PagedKvParams& kv,
                int box_rows, cudaStream_t stream);

@@ -74,9 +74,10 @@ constexpr FwdShape fwd_long_open_shape(int head_dim) {
 constexpr FwdShape fwd_short_masked_shape(int head_dim) {
   return fwd_shape(head_dim, true, 0, 0);
 }
-// Over cache pages (fwd_kv_source.cuh): 128-row tiles, so that a GQA group of 2, 4, 8 ... packs
-// into whole tiles, and the short masked shape's blocks (128 keys; 80 at d = 256), which divide
-// into boxes of 16 rows, the smallest page the path takes (cuda/paged_fwd.cpp).
+// Over cache pages (fwd_kv_source.cuh): the short masked shape, whose tiles of 128 rows (64 at
+// d = 64) a GQA group of 2, 4, 8 ... packs into whole (a group that does not divide them goes to
+// the sm80 kernel: cuda/paged_fwd.cpp), and whose blocks (128 keys; 80 at d = 256) divide into
+// boxes of 16 rows, the smallest page the path takes.
 constexpr FwdShape fwd_paged_shape(int head_dim) {
   return fwd_short_masked_shape(head_dim);
 }
