@@ -40,8 +40,8 @@ struct PagedFwdOptions {
 // cache sequence; with key splits or GQA packing no causal, window or prefix-LM mask (key
 // positions restart in each split, packed rows are not query positions). The sm90 kernel also
 // needs a build with sm_90a, a compute capability 9.0 device, a head dim it was compiled for,
-// pages of >= 16 slots and, when packing, a GQA group dividing its tiles' query rows (128; 64
-// at d = 64).
+// heads of pages of <= 16 slots less than 2^31 elements apart (row copies) and, when packing, a
+// GQA group dividing its tiles' query rows (128; 64 at d = 64).
 std::string paged_fwd_unsupported(const PagedAttentionArgs& a, const core::PagedDims& d,
                                   const PagedFwdOptions& options = {});
 

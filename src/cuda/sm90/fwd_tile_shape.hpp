@@ -124,7 +124,8 @@ struct FwdTraits {
   // P V (FlashAttention-3's order), under that S on the tensor cores, rather than after P V's
   // wait. Measured at d = 256 +1-2 % and at d = 128 in 176-key blocks 0..+1.5 %, but at d = 64
   // -1..-3 % and d = 128 in 128-key blocks -1.5..-3 %, where the later P V issue delays the
-  // other warpgroup's turn (docs/kernels/sm90_fwd.md, v21).
+  // other warpgroup's turn (docs/kernels/sm90_fwd.md, v21; both with pingpong turns, which those
+  // shapes no longer take since v23 / v24: not re-measured without).
   static constexpr bool kRescaleUnderS = kD >= 256 || kBlockN >= 176;
   // Whether the consumer warpgroups take turns to issue their GEMMs (pingpong, fwd_mainloop.cuh).
   // Measured without turns, same process: d = 128 in 128-key blocks +0.6..+3.4 % (N 512-4k,
