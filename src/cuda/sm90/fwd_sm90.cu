@@ -73,7 +73,7 @@ void fwd(const AttentionArgs& a, const core::ProblemDims& d, const FwdParams& p,
          cudaStream_t stream) {
   const FwdShape shape =
       fwd_shape(p.head_dim, core::masks_anything(p.mask), p.seqlen_q, p.seqlen_k);
-  const FwdMaps maps = make_fwd_maps(a, d, 64 * shape.consumers, shape.block_n);
+  const FwdMaps maps = make_fwd_maps(a, d, shape.block_m(), shape.block_n);
   const int sms = multiprocessor_count(a.q.device());
   with_elem_and_head_dim(p, [&](auto elem, auto head_dim) {
     launch_fwd<decltype(elem), decltype(head_dim)::value>(p, maps, shape, sms, stream);
@@ -81,7 +81,7 @@ void fwd(const AttentionArgs& a, const core::ProblemDims& d, const FwdParams& p,
 }
 
 int fwd_paged_block_m(int head_dim) {
-  return 64 * fwd_paged_shape(head_dim).consumers;
+  return fwd_paged_shape(head_dim).block_m();
 }
 
 int fwd_paged_block_n(int head_dim) {
@@ -92,7 +92,7 @@ void fwd_paged(const PagedAttentionArgs& a, const FwdParams& p, const sm80::Page
                int box_rows, cudaStream_t stream) {
   const FwdShape shape = fwd_paged_shape(p.head_dim);
   const bool store_out = p.out_dtype == p.in_dtype && kv.q_pack == 1 && kv.key_splits == 1;
-  const FwdMaps maps = make_paged_fwd_maps(a, kv.q_pack, 64 * shape.consumers, box_rows, store_out);
+  const FwdMaps maps = make_paged_fwd_maps(a, kv.q_pack, shape.block_m(), box_rows, store_out);
   with_elem_and_head_dim(p, [&](auto elem, auto head_dim) {
     using Elem = decltype(elem);
     constexpr int kHeadDim = decltype(head_dim)::value;

@@ -44,6 +44,7 @@ namespace flashkit::cuda::sm90 {
 struct FwdShape {
   int consumers;  // consumer warpgroups: the tile has 64 x consumers query rows
   int block_n;    // keys per block
+  constexpr int block_m() const { return 64 * consumers; }  // query rows per tile
   constexpr bool operator==(const FwdShape& o) const {
     return consumers == o.consumers && block_n == o.block_n;
   }
@@ -99,7 +100,7 @@ struct FwdTraits {
   using Elem = ElemT;
   static constexpr int kD = kHeadDim;
   static constexpr int kConsumers = kConsumerWarpgroups;
-  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kBlockM = FwdShape{kConsumers, kKeysPerBlock}.block_m();
   static constexpr int kBlockN = kKeysPerBlock;
   static constexpr int kStages = kFwdStages;
   static constexpr int kConsumerThreads = 128 * kConsumers;
