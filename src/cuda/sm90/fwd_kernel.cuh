@@ -29,13 +29,6 @@
 
 namespace flashkit::cuda::sm90 {
 
-// x, as a value the compiler must recompute from rather than reuse earlier results of.
-__device__ __forceinline__ int opaque(int x) {
-  int y;
-  asm volatile("mov.b32 %0, %1;\n" : "=r"(y) : "r"(x));
-  return y;
-}
-
 // kPersistent: the CTA walks tiles blockIdx.x, + gridDim.x, ...; otherwise it runs one. Source:
 // where K and V come from and the tile's rows go (fwd_kv_source.cuh).
 template <class T, bool kPersistent, class Source>

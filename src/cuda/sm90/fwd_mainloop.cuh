@@ -32,6 +32,14 @@
 
 namespace flashkit::cuda::sm90 {
 
+// x, as a value the compiler must recompute from rather than reuse earlier results of; and, being
+// a volatile asm, computed where it stands relative to the other volatile asms (the wgmma waits).
+__device__ __forceinline__ int opaque(int x) {
+  int y;
+  asm volatile("mov.b32 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 // Descriptor of k16 step ks of a K-major tile of `rows` rows (Q or K): its slab, then 32 bytes
 // per step inside the 128-byte span; 8-row atoms 1024 bytes apart.
 template <class T>
@@ -94,15 +102,26 @@ __device__ __forceinline__ void issue_pv(sm80::FwdAccum<T>& acc,
 }
 
 // Block n's scores -> probabilities (the rows' running max and sum absorb them); alpha is what
-// O still has to be scaled by.
+// O still has to be scaled by. masked_ahead: with T::kMaskTestAhead, block_masked(n), which the
+// caller settled before it waited for S.
 template <class T>
 __device__ __forceinline__ void softmax_of_block(sm80::ScoreBlock<T>& s, sm80::FwdAccum<T>& acc,
-                                                 ConsumerState<T>& c, int n, float (&alpha)[1][2]) {
+                                                 ConsumerState<T>& c, int n, bool masked_ahead,
+                                                 float (&alpha)[1][2]) {
   ptx::warpgroup_fence_operands(flat<T::kBlockN>(s));
   c.ctx.col0 = std::int64_t(n) * T::kBlockN;
   const float factor = sm80::scores_to_base2<T>(s, c.p, c.ctx, c.warp, c.lane);
-  if (c.range.needs_mask(n)) sm80::apply_mask<T>(s, c.p, c.ctx, c.warp, c.lane);
+  const bool masked = T::kMaskTestAhead ? masked_ahead : c.range.needs_mask(n);
+  if (masked) sm80::apply_mask<T>(s, c.p, c.ctx, c.warp, c.lane);
   sm80::softmax_update<T>(s, acc, alpha, factor);
+}
+
+// Whether block n needs the mask, settled (with T::kMaskTestAhead) before the wait for its S:
+// the 64-bit bounds tests (~25 instructions) otherwise stand between S's completion and the
+// softmax, on the path to the next P V (ncu, d 64 N 512: ~4.6 % of the warps' stall samples).
+template <class T>
+__device__ __forceinline__ bool block_masked(const sm80::KvBlockRange& range, int n) {
+  return T::kMaskTestAhead && opaque(range.needs_mask(n) ? 1 : 0) != 0;
 }
 
 template <class T>
@@ -156,9 +175,10 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
   wait_stage<kKvGenericProxy>(&bar.k_full[it % T::kStages], parity(it));
   ptx::wgmma_fence();
   issue_qk<T>(s, c, it % T::kStages);
+  const bool masked = block_masked<T>(range, n);
   ptx::wgmma_wait<0>();
   ptx::mbarrier_arrive(&bar.k_empty[it % T::kStages]);
-  softmax_of_block<T>(s, acc, c, n, alpha);
+  softmax_of_block<T>(s, acc, c, n, masked, alpha);
   to_probs<T>(probs, s);
   if constexpr (T::kRescaleUnderS) alpha[0][0] = alpha[0][1] = 1.0f;  // O is still zero
 
@@ -179,9 +199,10 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
     issue_pv<T>(acc, probs, c, v_stage);
     if (T::kPingpong && (!last_consumer || after >= 0)) ptx::named_barrier_arrive(next_turn, 256);
 
+    const bool masked_next = block_masked<T>(range, next);
     ptx::wgmma_wait<1>();  // S of block `next` (committed first) is done; P V may still run
     ptx::mbarrier_arrive(&bar.k_empty[k_stage]);
-    softmax_of_block<T>(s, acc, c, next, alpha);
+    softmax_of_block<T>(s, acc, c, next, masked_next, alpha);
     ptx::wgmma_wait<0>();
     ptx::warpgroup_fence_operands(flat<T::kD>(acc.o));
     ptx::mbarrier_arrive(&bar.v_empty[v_stage]);

@@ -133,6 +133,11 @@ struct FwdTraits {
   // causal 512-2k), but in 176-key blocks -0.8..-1.9 %, d = 64 in 192-row tiles -1..-5 %, d = 256
   // -0.7..+0.3 % (docs/kernels/sm90_fwd.md, v24). One consumer has no one to take turns with.
   static constexpr bool kPingpong = kConsumers > 1 && !(kD == 128 && kBlockN == 128);
+  // Whether a block's mask test runs before the wait for its S rather than after
+  // (fwd_mainloop.cuh, block_masked). Measured on every shape: with one consumer (d = 64 short)
+  // +1.0-2.2 %; with three consumers -7 to -8 %, d = 128 -1 to -5.5 %, d = 256 flat
+  // (docs/kernels/sm90_fwd.md, v27).
+  static constexpr bool kMaskTestAhead = kConsumers == 1;
 
   static constexpr int kSlabBytesPerRow = 128;  // 64 f16/bf16 elements: the swizzle span
   static constexpr int kSlabs = kD / 64;
