@@ -40,21 +40,26 @@ __device__ __forceinline__ int opaque(int x) {
   return y;
 }
 
-// Descriptor of k16 step ks of a K-major tile of `rows` rows (Q or K): its slab, then 32 bytes
-// per step inside the 128-byte span; 8-row atoms 1024 bytes apart.
+// Descriptor of k16 step ks of a K-major tile of `rows` rows (Q or K) at tiles + stage_bytes: its
+// slab, then 32 bytes per step inside the 128-byte span; 8-row atoms 1024 bytes apart. Built
+// from the descriptor of `tiles` by adds (smem_desc_advance), which the compiler hoists.
 template <class T>
-__device__ __forceinline__ std::uint64_t k_major_desc(std::uint32_t tile, int rows, int ks) {
+__device__ __forceinline__ std::uint64_t k_major_desc(std::uint32_t tiles,
+                                                      std::uint32_t stage_bytes, int rows, int ks) {
   const std::uint32_t offset = (ks / 4) * rows * T::kSlabBytesPerRow + (ks % 4) * 32;
-  return ptx::smem_desc(tile + offset, 16, 8 * T::kSlabBytesPerRow, ptx::Swizzle::b128);
+  return ptx::smem_desc_advance(
+      ptx::smem_desc(tiles, 16, 8 * T::kSlabBytesPerRow, ptx::Swizzle::b128), stage_bytes + offset);
 }
 
 // Descriptor of keys 16 kk .. 16 kk + 15 of the V tile as wgmma's N-major B: 16 rows of 128 bytes
 // per step; the next 64 columns of d (slab) block_n rows further (leading offset); the next 8
-// keys one atom further (stride offset).
+// keys one atom further (stride offset). The V tile is at tiles + stage_bytes.
 template <class T>
-__device__ __forceinline__ std::uint64_t v_desc(std::uint32_t tile, int kk) {
-  return ptx::smem_desc(tile + kk * 16 * T::kSlabBytesPerRow, T::kBlockN * T::kSlabBytesPerRow,
-                        8 * T::kSlabBytesPerRow, ptx::Swizzle::b128);
+__device__ __forceinline__ std::uint64_t v_desc(std::uint32_t tiles, std::uint32_t stage_bytes,
+                                                int kk) {
+  return ptx::smem_desc_advance(ptx::smem_desc(tiles, T::kBlockN * T::kSlabBytesPerRow,
+                                               8 * T::kSlabBytesPerRow, ptx::Swizzle::b128),
+                                stage_bytes + kk * 16 * T::kSlabBytesPerRow);
 }
 
 // The accumulators as the flat register arrays wgmma names: [1][n / 8][4] and [n / 2] are the
@@ -76,13 +81,13 @@ struct ConsumerState {
 template <class T>
 __device__ __forceinline__ void issue_qk(sm80::ScoreBlock<T>& s, const ConsumerState<T>& c,
                                          int stage) {
-  const std::uint32_t k_tile = c.k_tiles + stage * T::kKvBytes;
+  const std::uint32_t k_stage = stage * T::kKvBytes;
   ptx::warpgroup_fence_operands(flat<T::kBlockN>(s));
 #pragma unroll
   for (int ks = 0; ks < T::kD / 16; ++ks) {
     ptx::wgmma_ss<typename T::Elem, T::kBlockN, 0, 0>(
-        flat<T::kBlockN>(s), k_major_desc<T>(c.q_tile, T::kBlockM, ks),
-        k_major_desc<T>(k_tile, T::kBlockN, ks), ks > 0);
+        flat<T::kBlockN>(s), k_major_desc<T>(c.q_tile, 0, T::kBlockM, ks),
+        k_major_desc<T>(c.k_tiles, k_stage, T::kBlockN, ks), ks > 0);
   }
   ptx::wgmma_commit();
 }
@@ -91,12 +96,12 @@ template <class T>
 __device__ __forceinline__ void issue_pv(sm80::FwdAccum<T>& acc,
                                          const std::uint32_t (&probs)[T::kBlockN / 16][4],
                                          const ConsumerState<T>& c, int stage) {
-  const std::uint32_t v_tile = c.v_tiles + stage * T::kKvBytes;
+  const std::uint32_t v_stage = stage * T::kKvBytes;
   ptx::warpgroup_fence_operands(flat<T::kD>(acc.o));
 #pragma unroll
   for (int kk = 0; kk < T::kBlockN / 16; ++kk) {
-    ptx::wgmma_rs<typename T::Elem, T::kD, 1>(flat<T::kD>(acc.o), probs[kk], v_desc<T>(v_tile, kk),
-                                              true);
+    ptx::wgmma_rs<typename T::Elem, T::kD, 1>(flat<T::kD>(acc.o), probs[kk],
+                                              v_desc<T>(c.v_tiles, v_stage, kk), true);
   }
   ptx::wgmma_commit();
 }

@@ -14,6 +14,7 @@ namespace flashkit::testing {
 namespace {
 
 using cuda::ptx::smem_desc;
+using cuda::ptx::smem_desc_advance;
 using cuda::ptx::Swizzle;
 using cuda::ptx::swizzled_offset;
 
@@ -29,6 +30,21 @@ TEST(SmemDesc, PacksFieldsWhereThePtxManualPutsThem) {
   EXPECT_EQ(smem_desc(0, 0, 0, Swizzle::b32) >> 62, 3u);
   // Addresses are taken modulo 256 KB (18 bits) before the >> 4, as the manual's encode does.
   EXPECT_EQ(smem_desc(0x40010, 0, 0, Swizzle::none) & 0x3FFF, 1u);
+}
+
+// Advancing a descriptor by an add equals building it at the later address, for every 16-byte
+// aligned start and offset that shared memory (228 KB) can hold, in every mode.
+TEST(SmemDesc, AdvanceEqualsTheDescriptorOfTheLaterAddress) {
+  constexpr std::uint32_t kSmem = 228 * 1024;
+  for (Swizzle sw : {Swizzle::none, Swizzle::b128, Swizzle::b64, Swizzle::b32}) {
+    for (std::uint32_t start = 0; start < kSmem; start += 1024 * 7 + 16) {
+      for (std::uint32_t bytes = 0; start + bytes < kSmem; bytes += 1024 * 5 + 32) {
+        EXPECT_EQ(smem_desc_advance(smem_desc(start, 2048, 1024, sw), bytes),
+                  smem_desc(start + bytes, 2048, 1024, sw))
+            << "start " << start << ", bytes " << bytes;
+      }
+    }
+  }
 }
 
 class SwizzlePattern : public ::testing::TestWithParam<Swizzle> {};
