@@ -32,8 +32,8 @@ TEST(SmemDesc, PacksFieldsWhereThePtxManualPutsThem) {
   EXPECT_EQ(smem_desc(0x40010, 0, 0, Swizzle::none) & 0x3FFF, 1u);
 }
 
-// Advancing a descriptor by an add equals building it at the later address, for every 16-byte
-// aligned start and offset that shared memory (228 KB) can hold, in every mode.
+// Advancing a descriptor by an add equals building it at the later address, for 16-byte aligned
+// starts and offsets spread over the 228 KB shared memory can hold, in every mode.
 TEST(SmemDesc, AdvanceEqualsTheDescriptorOfTheLaterAddress) {
   constexpr std::uint32_t kSmem = 228 * 1024;
   for (Swizzle sw : {Swizzle::none, Swizzle::b128, Swizzle::b64, Swizzle::b32}) {
