@@ -16,7 +16,6 @@
 #include "cuda/ptx/convert.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/smem_desc.hpp"
-#include "cuda/ptx/stmatrix.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/warp_reduce.cuh"
 #include "cuda/ptx/warpgroup.cuh"
@@ -28,33 +27,27 @@
 
 namespace flashkit::cuda::sm90 {
 
-// Where the epilogue stages O element (row, col) of a tile in the Q buffer's layout: 64-column
-// slabs of [kBlockM rows][128 bytes], 16-byte units XOR-swizzled by row % 8
-// (ptx::swizzled_offset). O leaves the registers by stmatrix, four 8x8 tiles per instruction: of
-// each 16 x 16 block a warp stores (its 16 rows, columns 16 j..), lanes 8 t..8 t + 7 address the
-// rows of tile t, rows 8 (t % 2).. and columns 8 (t / 2)... A lane's address for block j is one
-// per-lane register (stmatrix_row_base) XORed with a compile-time unit and plus a compile-time
-// slab offset (staged_offset): with the full swizzled_offset per block the compiler keeps d / 16
-// addresses live across a persistent CTA's tiles. The 8 rows of a tile fall in 8 distinct 16-byte
-// units of the 128-byte bank window, so each stmatrix writes without bank conflicts.
-__device__ __host__ constexpr std::uint32_t stmatrix_row_base(int row0, int lane) {
-  const int t = lane / 8, row = row0 + 8 * (t % 2) + lane % 8;
-  return (std::uint32_t(row) * 128 + (std::uint32_t(row % 8) << 4)) ^ (std::uint32_t(t / 2) << 4);
+// Where the epilogue stages O element (row, dn * 8 + col0) of a tile (col0 < 8 even) in the Q
+// buffer's layout: 64-column slabs of [kBlockM rows][128 bytes], 16-byte units XOR-swizzled by
+// row % 8 (ptx::swizzled_offset). Written as one per-row register (row_base) XORed with a
+// compile-time unit and plus a compile-time slab offset per dn: with the full swizzled_offset
+// per dn the compiler keeps d / 8 addresses per row live across a persistent CTA's tiles.
+__device__ __host__ constexpr std::uint32_t staged_row_base(int row, int col0) {
+  return std::uint32_t(row) * 128 + (std::uint32_t(row % 8) << 4) + std::uint32_t(col0) * 2;
 }
 template <class T>
-__device__ __host__ constexpr std::uint32_t staged_offset(std::uint32_t row_base, int j) {
-  return (row_base ^ (std::uint32_t((2 * j) % 8) << 4)) +
-         std::uint32_t(2 * j / 8) * T::kBlockM * 128;
+__device__ __host__ constexpr std::uint32_t staged_offset(std::uint32_t row_base, int dn) {
+  return (row_base ^ (std::uint32_t(dn % 8) << 4)) + std::uint32_t(dn / 8) * T::kBlockM * 128;
 }
 template <class T>
 constexpr bool staged_offsets_are_swizzled() {
-  for (int row0 = 0; row0 < T::kBlockM; row0 += 16) {
-    for (int lane = 0; lane < 32; ++lane) {
-      for (int j = 0; j < T::kD / 16; ++j) {
-        const int t = lane / 8, row = row0 + 8 * (t % 2) + lane % 8, col = 16 * j + 8 * (t / 2);
+  for (int row = 0; row < T::kBlockM; ++row) {
+    for (int col0 = 0; col0 < 8; col0 += 2) {
+      for (int dn = 0; dn < T::kD / 8; ++dn) {
+        const int col = dn * 8 + col0;
         const std::uint32_t linear =
             std::uint32_t((col / 64) * T::kBlockM * 128 + row * 128 + (col % 64) * 2);
-        if (staged_offset<T>(stmatrix_row_base(row0, lane), j) !=
+        if (staged_offset<T>(staged_row_base(row, col0), dn) !=
             ptx::swizzled_offset(linear, ptx::Swizzle::b128)) {
           return false;
         }
@@ -93,18 +86,15 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
   const auto wg_barrier = fwd_barrier_of(FwdNamedBarrier::epilogue, consumer);
   if (p.out_dtype == p.in_dtype && src.rows_are_tokens() &&
       (!varlen || wg_row0 + 64 <= tile.row_end)) {
-    const std::uint32_t staged = ptx::smem_address(q);
-    const std::uint32_t row_base = stmatrix_row_base(sm80::frag_row<T>(warp, 0, 0, 0), lane);
 #pragma unroll
-    for (int j = 0; j < T::kD / 16; ++j) {
-      std::uint32_t r[4];  // tile t: rows 8 (t % 2).., columns 16 j + 8 (t / 2)..
+    for (int half = 0; half < 2; ++half) {
+      const int row = sm80::frag_row<T>(warp, lane, 0, 2 * half);  // within the tile
+      const std::uint32_t row_base = staged_row_base(row, sm80::frag_col(lane, 0, 0));
 #pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        const int dn = 2 * j + t / 2, half = t % 2;
-        r[t] = ptx::pack2<Elem>(acc.o[0][dn][2 * half] * inv_l[half],
-                                acc.o[0][dn][2 * half + 1] * inv_l[half]);
+      for (int dn = 0; dn < T::kD / 8; ++dn) {
+        *reinterpret_cast<std::uint32_t*>(q + staged_offset<T>(row_base, dn)) = ptx::pack2<Elem>(
+            acc.o[0][dn][2 * half] * inv_l[half], acc.o[0][dn][2 * half + 1] * inv_l[half]);
       }
-      ptx::stmatrix_x4(staged + staged_offset<T>(row_base, j), r);
     }
     ptx::fence_proxy_async();
     ptx::named_barrier_sync(wg_barrier, 128);
