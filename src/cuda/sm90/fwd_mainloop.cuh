@@ -147,14 +147,13 @@ __device__ __forceinline__ void wait_stage(std::uint64_t* full, std::uint32_t pa
 // tid: the thread among the consumer threads (0 .. kConsumerThreads - 1). q: the tile's Q
 // buffer, which has landed once q_full completes its phase q_parity. blocks: the CTA's count of
 // blocks so far, which gives each block's stage and phase; advanced by the tile's.
-// kKvGenericProxy: K and V arrive through cp.async (fwd_paged_rows.cuh).
-template <class T, bool kKvGenericProxy>
-__device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const sm80::FwdTile& tile,
-                                                      const sm80::KvBlockRange& range,
-                                                      unsigned char* smem, std::uint32_t q,
-                                                      std::uint64_t* q_full, std::uint32_t q_parity,
-                                                      FwdBarriers& bar, int tid, int consumer,
-                                                      int& blocks, sm80::FwdAccum<T>& acc) {
+// kKvGenericProxy: K and V arrive through cp.async (fwd_paged_rows.cuh). turns: the CTA's
+// streams' turns (fwd_stream_turns.cuh), taken around each GEMM issue.
+template <class T, bool kKvGenericProxy, class Turns>
+__device__ __forceinline__ void fwd_consumer_mainloop(
+    const FwdParams& p, const sm80::FwdTile& tile, const sm80::KvBlockRange& range,
+    unsigned char* smem, std::uint32_t q, std::uint64_t* q_full, std::uint32_t q_parity,
+    FwdBarriers& bar, int tid, int consumer, int& blocks, sm80::FwdAccum<T>& acc, Turns& turns) {
   ConsumerState<T> c{p, range, {}, tid / 32, tid % 32, 0, 0, 0};
   c.q_tile = q + consumer * 64 * T::kSlabBytesPerRow;
   c.k_tiles = ptx::smem_address(smem) + T::kKOffset;
@@ -178,8 +177,10 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
   int it = blocks;
   ptx::mbarrier_wait(q_full, q_parity);
   wait_stage<kKvGenericProxy>(&bar.k_full[it % T::kStages], parity(it));
+  turns.wait();
   ptx::wgmma_fence();
   issue_qk<T>(s, c, it % T::kStages);
+  turns.pass();
   const bool masked = block_masked<T>(range, n);
   ptx::wgmma_wait<0>();
   ptx::mbarrier_arrive(&bar.k_empty[it % T::kStages]);
@@ -195,6 +196,7 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
     wait_stage<kKvGenericProxy>(&bar.k_full[k_stage], parity(it));
     wait_stage<kKvGenericProxy>(&bar.v_full[v_stage], parity(it - 1));
     if constexpr (T::kPingpong) ptx::named_barrier_sync(my_turn, 256);
+    turns.wait();
     ptx::wgmma_fence();
     issue_qk<T>(s, c, k_stage);
     if constexpr (T::kRescaleUnderS) {
@@ -202,6 +204,7 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
       ptx::wgmma_fence();
     }
     issue_pv<T>(acc, probs, c, v_stage);
+    turns.pass();
     if (T::kPingpong && (!last_consumer || after >= 0)) ptx::named_barrier_arrive(next_turn, 256);
 
     const bool masked_next = block_masked<T>(range, next);
@@ -221,8 +224,10 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
   const int v_stage = (it - 1) % T::kStages;
   wait_stage<kKvGenericProxy>(&bar.v_full[v_stage], parity(it - 1));
   if constexpr (T::kRescaleUnderS) sm80::rescale_o<T>(acc, alpha);
+  turns.wait();
   ptx::wgmma_fence();
   issue_pv<T>(acc, probs, c, v_stage);
+  turns.pass();
   ptx::wgmma_wait<0>();
   ptx::warpgroup_fence_operands(flat<T::kD>(acc.o));
   ptx::mbarrier_arrive(&bar.v_empty[v_stage]);

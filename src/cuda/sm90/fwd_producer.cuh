@@ -80,10 +80,12 @@ __device__ __forceinline__ void produce_tile(const FwdParams& p, const FwdMaps& 
   }
 }
 
+// walk: the stream's tiles (fwd_tile_scheduler.cuh).
 template <class T, bool kPersistent, class Source>
 __device__ __forceinline__ void fwd_producer(const FwdParams& p, const FwdMaps& maps,
-                                             const Source& src, unsigned char* smem,
-                                             FwdBarriers& bar, int thread) {
+                                             const Source& src,
+                                             const FwdWalk<T::kBlockM, kPersistent>& walk,
+                                             unsigned char* smem, FwdBarriers& bar, int thread) {
   if (thread == 0) {
     ptx::tma_prefetch_descriptor(maps.q);
     if constexpr (!Source::kKvThroughGenericProxy) {
@@ -91,7 +93,6 @@ __device__ __forceinline__ void fwd_producer(const FwdParams& p, const FwdMaps& 
       ptx::tma_prefetch_descriptor(maps.v);
     }
   }
-  const FwdWalk<T::kBlockM, kPersistent> walk(p);
   int blocks = 0, q_use = 0;
   ProducerFix fix{&bar.fix, 0};
   for (int slot = 0; !walk.done(p, slot); ++slot) {

@@ -175,4 +175,26 @@ struct FwdTraits {
                 "shared memory per CTA and per SM on sm90");
 };
 
+// A CTA of kStreams walkers of FwdTraits T's tiles (fwd_kernel.cuh): each stream is a producer
+// thread, T::kConsumers consumer warpgroups and their own region of shared memory (Q buffers,
+// stages, barriers), walking its own tiles. Two streams of one consumer each (the d = 64 short
+// shape, persistent) take the place of two one-consumer CTAs on an SM, so that their consumers
+// can take turns (fwd_mainloop.cuh, StreamTurns), which warpgroups of different CTAs cannot.
+template <class T, int kStreams>
+struct FwdCta {
+  static constexpr int kThreads = 128 + kStreams * T::kConsumerThreads;
+  static constexpr int kPerSm = T::kCtasPerSm / kStreams;
+  static constexpr int kStreamBytes =
+      (T::kBarrierOffset + int(sizeof(FwdBarriers)) + 1023) / 1024 * 1024;
+  static constexpr int kSmemBytes = kStreams == 1 ? T::kSmemBytes : kStreams * kStreamBytes + 1024;
+  static constexpr int kConsumerRegsLeft =
+      (65536 / kPerSm - 128 * T::kProducerRegs) / (kStreams * T::kConsumerThreads) / 8 * 8;
+  static constexpr int kConsumerRegs = kConsumerRegsLeft < 240 ? kConsumerRegsLeft : 240;
+
+  static_assert(kStreams == 1 || (kStreams == 2 && T::kConsumers == 1 && T::kCtasPerSm == 2),
+                "two streams of one consumer each, in place of two CTAs");
+  static_assert(kSmemBytes <= 227 * 1024 && kPerSm * (kSmemBytes + 1024) <= 228 * 1024,
+                "shared memory per CTA and per SM on sm90");
+};
+
 }  // namespace flashkit::cuda::sm90
