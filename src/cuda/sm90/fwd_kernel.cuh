@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(FwdCta<T, kStreams>::kThreads, FwdCta<T, kStre
                                             int(gridDim.x) * kStreams);
   };
   if (warpgroup == 0) {
-    ptx::warpgroup_reg_dealloc<T::kProducerRegs>();
+    ptx::warpgroup_reg_dealloc<Cta::kProducerRegs>();
     if constexpr (Source::kProducerThreads == 1) {
       const int stream = threadIdx.x / 32;  // lane 0 of warp s produces for stream s
       if (threadIdx.x % 32 == 0 && stream < kStreams) {

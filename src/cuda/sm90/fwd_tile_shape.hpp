@@ -187,14 +187,18 @@ struct FwdCta {
   static constexpr int kStreamBytes =
       (T::kBarrierOffset + int(sizeof(FwdBarriers)) + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes = kStreams == 1 ? T::kSmemBytes : kStreams * kStreamBytes + 1024;
-  static constexpr int kConsumerRegsLeft =
-      (65536 / kPerSm - 128 * T::kProducerRegs) / (kStreams * T::kConsumerThreads) / 8 * 8;
-  static constexpr int kConsumerRegs = kConsumerRegsLeft < 240 ? kConsumerRegsLeft : 240;
+  // Two streams: 128 x 32 + 256 x 240 = 65536. With 24 the producer, now two walks' state,
+  // spilled 56 bytes.
+  static constexpr int kProducerRegs = kStreams == 1 ? T::kProducerRegs : 32;
+  static constexpr int kConsumerRegs = kStreams == 1 ? T::kConsumerRegs
+                                                     : (65536 / kPerSm - 128 * kProducerRegs) /
+                                                           (kStreams * T::kConsumerThreads) / 8 * 8;
 
   static_assert(kStreams == 1 || (kStreams == 2 && T::kConsumers == 1 && T::kCtasPerSm == 2),
                 "two streams of one consumer each, in place of two CTAs");
   static_assert(kSmemBytes <= 227 * 1024 && kPerSm * (kSmemBytes + 1024) <= 228 * 1024,
                 "shared memory per CTA and per SM on sm90");
+  static_assert(kConsumerRegs <= 240, "setmaxnreg: at most 256, and the kernel needs no more");
 };
 
 }  // namespace flashkit::cuda::sm90
