@@ -68,34 +68,32 @@ __global__ void __launch_bounds__(FwdCta<T, kStreams>::kThreads, FwdCta<T, kStre
   __syncthreads();
 
   const int warpgroup = threadIdx.x / 128;
-  auto walk_of = [&](int stream) {
-    return FwdWalk<T::kBlockM, kPersistent>(p, int(blockIdx.x) * kStreams + stream,
-                                            int(gridDim.x) * kStreams);
-  };
+  using Walk = FwdWalk<T::kBlockM, kPersistent, kStreams>;
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Cta::kProducerRegs>();
     if constexpr (Source::kProducerThreads == 1) {
       const int stream = threadIdx.x / 32;  // lane 0 of warp s produces for stream s
       if (threadIdx.x % 32 == 0 && stream < kStreams) {
-        fwd_producer<T, kPersistent>(p, maps, src, walk_of(stream),
+        fwd_producer<T, kPersistent>(p, maps, src, Walk(p, stream),
                                      smem_cta + stream * Cta::kStreamBytes, barriers_of(stream), 0);
       }
     } else {
       static_assert(Source::kProducerThreads == 128, "one thread or the whole warpgroup");
-      fwd_producer<T, kPersistent>(p, maps, src, walk_of(0), smem_cta, barriers_of(0),
+      fwd_producer<T, kPersistent>(p, maps, src, Walk(p), smem_cta, barriers_of(0),
                                    int(threadIdx.x));
     }
     return;
   }
   ptx::warpgroup_reg_alloc<Cta::kConsumerRegs>();
-  const int wg = warpgroup - 1, stream = wg / T::kConsumers, consumer = wg % T::kConsumers;
+  const int wg = warpgroup - 1, consumer = wg % T::kConsumers;
+  const int stream = kStreams == 1 ? 0 : wg / T::kConsumers;
   const int tid = threadIdx.x - 128 - stream * T::kConsumerThreads;
   unsigned char* const smem = smem_cta + stream * Cta::kStreamBytes;
   FwdBarriers& bar = barriers_of(stream);
-  const FwdWalk<T::kBlockM, kPersistent> walk = walk_of(stream);
+  const Walk walk(p, stream);
   StreamTurns<kStreams> turns;
   if constexpr (kStreams == 2) {
-    turns = {stream, walk_turns<T::kBlockM, T::kBlockN>(p, walk_of(1 - stream), threadIdx.x % 32)};
+    turns = {stream, walk_turns<T::kBlockN>(p, Walk(p, 1 - stream), threadIdx.x % 32)};
   }
   int blocks = 0, q_use = 0;  // the stream's blocks and tiles so far (fwd_sync.hpp)
   for (int slot = 0; !walk.done(p, slot); ++slot) {

@@ -81,10 +81,9 @@ __device__ __forceinline__ void produce_tile(const FwdParams& p, const FwdMaps& 
 }
 
 // walk: the stream's tiles (fwd_tile_scheduler.cuh).
-template <class T, bool kPersistent, class Source>
+template <class T, bool kPersistent, class Source, class Walk>
 __device__ __forceinline__ void fwd_producer(const FwdParams& p, const FwdMaps& maps,
-                                             const Source& src,
-                                             const FwdWalk<T::kBlockM, kPersistent>& walk,
+                                             const Source& src, const Walk& walk,
                                              unsigned char* smem, FwdBarriers& bar, int thread) {
   if (thread == 0) {
     ptx::tma_prefetch_descriptor(maps.q);

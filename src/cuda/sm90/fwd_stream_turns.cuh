@@ -20,9 +20,8 @@
 namespace flashkit::cuda::sm90 {
 
 // The turns a walk takes in all, counted by a warp, a slot per lane at a time.
-template <int kBlockM, int kBlockN, bool kPersistent>
-__device__ __forceinline__ int walk_turns(const FwdParams& p,
-                                          const FwdWalk<kBlockM, kPersistent>& walk, int lane) {
+template <int kBlockN, class Walk>
+__device__ __forceinline__ int walk_turns(const FwdParams& p, const Walk& walk, int lane) {
   int turns = 0;
   for (int slot = lane; !walk.done(p, slot); slot += 32) {
     const sm80::FwdTile tile = walk.tile(p, slot);

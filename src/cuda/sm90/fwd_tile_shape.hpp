@@ -187,13 +187,14 @@ struct FwdCta {
   static constexpr int kStreamBytes =
       (T::kBarrierOffset + int(sizeof(FwdBarriers)) + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes = kStreams == 1 ? T::kSmemBytes : kStreams * kStreamBytes + 1024;
-  // Two streams: 128 x 32 + 256 x 240 = 65536. With 24 the producer, now two walks' state,
-  // spilled 56 bytes.
-  static constexpr int kProducerRegs = kStreams == 1 ? T::kProducerRegs : 32;
-  static constexpr int kConsumerRegs = kStreams == 1 ? T::kConsumerRegs
-                                                     : (65536 / kPerSm - 128 * kProducerRegs) /
-                                                           (kStreams * T::kConsumerThreads) / 8 * 8;
-
+  // setmaxnreg moves registers within what the CTA got at launch, 65536 / 384 -> 168 a thread
+  // with two streams: 128 x (168 - 40) = 256 x (232 - 168). With 24 and 240 the producer, now
+  // two walks' state, spilled 56 bytes; the consumers keep the 232 of one-consumer CTAs.
+  static constexpr int kLaunchRegs = 65536 / (kThreads * kPerSm) / 8 * 8;
+  static constexpr int kProducerRegs = kStreams == 1 ? T::kProducerRegs : 40;
+  static constexpr int kConsumerRegs =
+      kStreams == 1 ? T::kConsumerRegs
+                    : (kThreads * kLaunchRegs - 128 * kProducerRegs) / (kThreads - 128) / 8 * 8;
   static_assert(kStreams == 1 || (kStreams == 2 && T::kConsumers == 1 && T::kCtasPerSm == 2),
                 "two streams of one consumer each, in place of two CTAs");
   static_assert(kSmemBytes <= 227 * 1024 && kPerSm * (kSmemBytes + 1024) <= 228 * 1024,
