@@ -85,8 +85,9 @@ __global__ void __launch_bounds__(FwdCta<T, kStreams>::kThreads, FwdCta<T, kStre
     return;
   }
   ptx::warpgroup_reg_alloc<Cta::kConsumerRegs>();
-  const int wg = warpgroup - 1, consumer = wg % T::kConsumers;
+  const int wg = warpgroup - 1;  // among the CTA's consumer warpgroups
   const int stream = kStreams == 1 ? 0 : wg / T::kConsumers;
+  const int consumer = kStreams == 1 ? wg : wg % T::kConsumers;  // among the stream's
   const int tid = threadIdx.x - 128 - stream * T::kConsumerThreads;
   unsigned char* const smem = smem_cta + stream * Cta::kStreamBytes;
   FwdBarriers& bar = barriers_of(stream);
