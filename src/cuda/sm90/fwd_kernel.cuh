@@ -72,15 +72,15 @@ __global__ void __launch_bounds__(FwdCta<T, kStreams>::kThreads, FwdCta<T, kStre
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Cta::kProducerRegs>();
     if constexpr (Source::kProducerThreads == 1) {
-      const int stream = threadIdx.x / 32;  // lane 0 of warp s produces for stream s
-      if (threadIdx.x % 32 == 0 && stream < kStreams) {
-        fwd_producer<T, kPersistent>(p, maps, src, Walk(p, stream),
-                                     smem_cta + stream * Cta::kStreamBytes, barriers_of(stream), 0);
+      const int stream = kStreams == 1 ? 0 : int(threadIdx.x) / 32;  // warp s, lane 0
+      if (threadIdx.x % 32 == 0 && threadIdx.x / 32 < kStreams) {
+        fwd_producer<T, kPersistent, kStreams>(
+            p, maps, src, stream, smem_cta + stream * Cta::kStreamBytes, barriers_of(stream), 0);
       }
     } else {
       static_assert(Source::kProducerThreads == 128, "one thread or the whole warpgroup");
-      fwd_producer<T, kPersistent>(p, maps, src, Walk(p), smem_cta, barriers_of(0),
-                                   int(threadIdx.x));
+      fwd_producer<T, kPersistent, kStreams>(p, maps, src, 0, smem_cta, barriers_of(0),
+                                             int(threadIdx.x));
     }
     return;
   }

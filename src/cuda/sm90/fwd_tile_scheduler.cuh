@@ -48,8 +48,8 @@ struct FwdWalk {
   // blockIdx and gridDim read where used: as fields they held two registers through the
   // mainloop (d = 128: 25 spill instructions).
   __device__ __forceinline__ int unit_of(int slot) const {
-    const int walker = kStreams == 1 ? int(blockIdx.x) : int(blockIdx.x) * kStreams + stream;
-    return walker + (slot / per_unit) * int(gridDim.x) * kStreams;
+    if constexpr (kStreams == 1) return int(blockIdx.x + (slot / per_unit) * gridDim.x);
+    return int(blockIdx.x) * kStreams + stream + (slot / per_unit) * int(gridDim.x) * kStreams;
   }
   __device__ __forceinline__ bool done(const FwdParams& p, int slot) const {
     return kPersistent ? unit_of(slot) >= unit_span * p.heads_q * p.batch : slot > 0;
