@@ -92,10 +92,7 @@ __global__ void __launch_bounds__(FwdCta<T, kStreams>::kThreads, FwdCta<T, kStre
   unsigned char* const smem = smem_cta + stream * Cta::kStreamBytes;
   FwdBarriers& bar = barriers_of(stream);
   const Walk walk(p, stream);
-  StreamTurns<kStreams> turns;
-  if constexpr (kStreams == 2) {
-    turns = {stream, walk_turns<T::kBlockN>(p, Walk(p, 1 - stream), threadIdx.x % 32)};
-  }
+  StreamTurns<1> turns;  // probe: the two-stream CTA without turns
   int blocks = 0, q_use = 0;  // the stream's blocks and tiles so far (fwd_sync.hpp)
   for (int slot = 0; !walk.done(p, slot); ++slot) {
     sm80::FwdTile tile = walk.tile(p, slot);
