@@ -67,7 +67,10 @@ __global__ void __launch_bounds__(FwdCta<T, kStreams>::kThreads, FwdCta<T, kStre
   }
   __syncthreads();
 
-  const int warpgroup = threadIdx.x / 128;
+  // Warp-uniform by construction, but the compiler cannot see it from threadIdx: through a
+  // shuffle from lane 0 it can, and keeps what derives from it (stage and barrier addresses, wgmma
+  // descriptors) on the uniform datapath.
+  const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   using Walk = FwdWalk<T::kBlockM, kPersistent, kStreams>;
   if (warpgroup == 0) {
     ptx::warpgroup_reg_dealloc<Cta::kProducerRegs>();
