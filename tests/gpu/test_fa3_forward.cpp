@@ -193,7 +193,7 @@ std::vector<double> run_out(const CaseData& c, Algo algo) {
 }
 
 // Without varlen, more work units than CTAs (160-320 here at d = 128, against the H200's 132; at
-// d = 64, below 2048 keys or under a mask, 315-640 against two CTAs per SM: 264) run on
+// d = 64, below 2048 keys or under a mask, 315-640 against two walkers per SM: 264) run on
 // persistent CTAs of one to four tiles each: both Q buffers are reused and the pipeline's stages
 // and phases carry over from tile to tile (odd and even block counts per tile). Without a mask
 // a unit is a tile (d = 64 takes the one-consumer shape there); under a mask the pair of
@@ -216,8 +216,9 @@ TEST(Fa3Forward, PersistentCtasWalkSeveralTiles) {
   s.seqlens_q = std::vector<std::int64_t>(2, 100);  // 1-128 query rows: 128-row tiles
   s.seqlens_k = std::vector<std::int64_t>(2, 3000);
   expect_gpu_forward_matches(s, Algo::fa3);
-  // 9 tiles x 5 heads x 7 = 315 units over 264 CTAs: CTAs of one and of two tiles side by side;
-  // f32 output takes the register epilogue.
+  // 9 tiles x 5 heads x 7 = 315 units over 264 walkers: the two walks of a CTA (FwdCta) whose
+  // walkers are 50 and 51 take 2 and 1 tiles, so one walk ends while the other still runs; f32
+  // output takes the register epilogue.
   s.heads_q = s.heads_kv = 5;
   s.seqlens_q = std::vector<std::int64_t>(7, 520);
   s.seqlens_k = std::vector<std::int64_t>(7, 400);

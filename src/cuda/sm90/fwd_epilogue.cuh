@@ -57,14 +57,15 @@ constexpr bool staged_offsets_are_swizzled() {
   return true;
 }
 
-// tid: the thread among the consumer threads. q: the tile's Q buffer; q_empty: its release, on
-// which the warpgroup's elected thread arrives once nothing of the warpgroup reads the buffer any
-// more (fwd_sync.hpp).
+// tid: the thread among the stream's consumer threads. q: the tile's Q buffer; q_empty: its
+// release, on which the warpgroup's elected thread arrives once nothing of the warpgroup reads the
+// buffer any more (fwd_sync.hpp). wg: the warpgroup among the CTA's consumer warpgroups, which
+// names its epilogue barrier.
 template <class T, class Source>
 __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& maps,
                                              const Source& src, const sm80::FwdTile& tile,
                                              unsigned char* q, std::uint64_t* q_empty, int tid,
-                                             int consumer, sm80::FwdAccum<T>& acc) {
+                                             int consumer, int wg, sm80::FwdAccum<T>& acc) {
   using Elem = typename T::Elem;
   static_assert(T::kSlabBytesPerRow == 128 && staged_offsets_are_swizzled<T>(),
                 "the staging addresses are the Q tiles' 128-byte swizzle");
@@ -83,7 +84,7 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
 
   const int wg_row0 = tile.row_begin + 64 * consumer;
   const bool varlen = p.cu_seqlens_q != nullptr;
-  const auto wg_barrier = fwd_barrier_of(FwdNamedBarrier::epilogue, consumer);
+  const auto wg_barrier = fwd_barrier_of(FwdNamedBarrier::epilogue, wg);
   if (p.out_dtype == p.in_dtype && src.rows_are_tokens() &&
       (!varlen || wg_row0 + 64 <= tile.row_end)) {
 #pragma unroll

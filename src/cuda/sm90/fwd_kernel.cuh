@@ -29,48 +29,73 @@
 
 namespace flashkit::cuda::sm90 {
 
-// kPersistent: the CTA walks tiles blockIdx.x, + gridDim.x, ...; otherwise it runs one. Source:
+// kPersistent: the CTA's kStreams streams (FwdCta) walk tiles s, s + streams, ... (stream s of
+// CTA b is walker b kStreams + s of gridDim.x kStreams); otherwise the CTA runs one tile. Source:
 // where K and V come from and the tile's rows go (fwd_kv_source.cuh).
-template <class T, bool kPersistent, class Source>
-__global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
+template <class T, bool kPersistent, class Source, int kStreams>
+__global__ void __launch_bounds__(FwdCta<T, kStreams>::kThreads, FwdCta<T, kStreams>::kPerSm)
     fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps,
                const __grid_constant__ Source src) {
+  using Cta = FwdCta<T, kStreams>;
+  static_assert(kStreams == 1 || (kPersistent && Source::kProducerThreads == 1),
+                "streams walk persistently, each with one producer thread");
   extern __shared__ unsigned char smem_raw[];
   const std::uint32_t raw = ptx::smem_address(smem_raw);
-  unsigned char* smem = smem_raw + (((raw + 1023u) & ~1023u) - raw);
-  FwdBarriers& bar = *reinterpret_cast<FwdBarriers*>(smem + T::kBarrierOffset);
+  unsigned char* const smem_cta = smem_raw + (((raw + 1023u) & ~1023u) - raw);
+  auto barriers_of = [&](int stream) -> FwdBarriers& {
+    return *reinterpret_cast<FwdBarriers*>(smem_cta + stream * Cta::kStreamBytes +
+                                           T::kBarrierOffset);
+  };
 
   if (threadIdx.x == 0) {
-    for (int b = 0; b < T::kQBuffers; ++b) {
-      ptx::mbarrier_init(&bar.q_full[b], 1);
-      ptx::mbarrier_init(&bar.q_empty[b], T::kConsumers);  // one elected thread per warpgroup
+    for (int stream = 0; stream < kStreams; ++stream) {
+      FwdBarriers& bar = barriers_of(stream);
+      for (int b = 0; b < T::kQBuffers; ++b) {
+        ptx::mbarrier_init(&bar.q_full[b], 1);
+        ptx::mbarrier_init(&bar.q_empty[b], T::kConsumers);  // one elected thread per warpgroup
+      }
+      for (int s = 0; s < T::kStages; ++s) {
+        ptx::mbarrier_init(&bar.k_full[s], Source::kProducerThreads);
+        ptx::mbarrier_init(&bar.v_full[s], Source::kProducerThreads);
+        ptx::mbarrier_init(&bar.k_empty[s], T::kConsumerThreads);
+        ptx::mbarrier_init(&bar.v_empty[s], T::kConsumerThreads);
+      }
+      ptx::mbarrier_init(&bar.fix, 1);
     }
-    for (int s = 0; s < T::kStages; ++s) {
-      ptx::mbarrier_init(&bar.k_full[s], Source::kProducerThreads);
-      ptx::mbarrier_init(&bar.v_full[s], Source::kProducerThreads);
-      ptx::mbarrier_init(&bar.k_empty[s], T::kConsumerThreads);
-      ptx::mbarrier_init(&bar.v_empty[s], T::kConsumerThreads);
-    }
-    ptx::mbarrier_init(&bar.fix, 1);
     ptx::mbarrier_init_fence();
   }
   __syncthreads();
 
-  const int warpgroup = threadIdx.x / 128;
+  // Warp-uniform by construction, but the compiler cannot see it from threadIdx: through a
+  // shuffle from lane 0 it can, and keeps what derives from it (stage and barrier addresses, wgmma
+  // descriptors) on the uniform datapath (d = 128: 8336 -> 8087 instructions from the first HGMMA
+  // to the last; d = 64 N 512 +5.5 %, d = 128 N 512 +3.4 %, sm90_fwd.md v31).
+  const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
+  using Walk = FwdWalk<T::kBlockM, kPersistent, kStreams>;
   if (warpgroup == 0) {
-    ptx::warpgroup_reg_dealloc<T::kProducerRegs>();
+    ptx::warpgroup_reg_dealloc<Cta::kProducerRegs>();
     if constexpr (Source::kProducerThreads == 1) {
-      if (threadIdx.x == 0) fwd_producer<T, kPersistent>(p, maps, src, smem, bar, 0);
+      const int stream = kStreams == 1 ? 0 : int(threadIdx.x) / 32;  // warp s, lane 0
+      if (threadIdx.x % 32 == 0 && threadIdx.x / 32 < kStreams) {
+        fwd_producer<T, kPersistent, kStreams>(
+            p, maps, src, stream, smem_cta + stream * Cta::kStreamBytes, barriers_of(stream), 0);
+      }
     } else {
       static_assert(Source::kProducerThreads == 128, "one thread or the whole warpgroup");
-      fwd_producer<T, kPersistent>(p, maps, src, smem, bar, int(threadIdx.x));
+      fwd_producer<T, kPersistent, kStreams>(p, maps, src, 0, smem_cta, barriers_of(0),
+                                             int(threadIdx.x));
     }
     return;
   }
-  ptx::warpgroup_reg_alloc<T::kConsumerRegs>();
-  const int consumer = warpgroup - 1, tid = threadIdx.x - 128;
-  const FwdWalk<T::kBlockM, kPersistent> walk(p);
-  int blocks = 0, q_use = 0;  // the CTA's blocks and tiles so far (fwd_sync.hpp)
+  ptx::warpgroup_reg_alloc<Cta::kConsumerRegs>();
+  const int wg = warpgroup - 1;  // among the CTA's consumer warpgroups
+  const int stream = kStreams == 1 ? 0 : wg / T::kConsumers;
+  const int consumer = kStreams == 1 ? wg : wg % T::kConsumers;  // among the stream's
+  const int tid = threadIdx.x - 128 - stream * T::kConsumerThreads;
+  unsigned char* const smem = smem_cta + stream * Cta::kStreamBytes;
+  FwdBarriers& bar = barriers_of(stream);
+  const Walk walk(p, stream);
+  int blocks = 0, q_use = 0;  // the stream's blocks and tiles so far (fwd_sync.hpp)
   for (int slot = 0; !walk.done(p, slot); ++slot) {
     sm80::FwdTile tile = walk.tile(p, slot);
     if (tile.empty()) continue;
@@ -99,7 +124,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
     // Re-derived from a copy of the slot the compiler cannot see through, so that the tile's
     // fields are not held live through the mainloop (with them, ptxas spilled at d = 128).
     tile = walk.tile(p, opaque(slot));
-    fwd_epilogue<T>(p, maps, src, tile, q, &bar.q_empty[buffer], tid, consumer, acc);
+    fwd_epilogue<T>(p, maps, src, tile, q, &bar.q_empty[buffer], tid, consumer, wg, acc);
     ++q_use;
   }
   if (threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();  // out is complete when the kernel ends
@@ -132,15 +157,19 @@ void launch_fwd_with(const FwdParams& p, const FwdMaps& maps, int multiprocessor
   if (FwdWalk<T::kBlockM, false>(p).units(p) == 0) return;
   check_units<T>(p);
   if constexpr (T::kPersistentFits) {
-    const int ctas = multiprocessors * T::kCtasPerSm;
-    if (fwd_walk_persistent<T::kBlockM>(p, ctas)) {
-      return launch_grid(fwd_kernel<T, true, ContiguousSource>, dim3(unsigned(ctas)), T::kThreads,
-                         T::kSmemBytes, p, maps, ContiguousSource{}, stream);
+    const int walkers = multiprocessors * T::kCtasPerSm;
+    if (fwd_walk_persistent<T::kBlockM>(p, walkers)) {
+      // One-consumer walkers in pairs, as the two streams of a CTA (FwdCta).
+      constexpr int kStreams = T::kConsumers == 1 ? 2 : 1;
+      using Cta = FwdCta<T, kStreams>;
+      return launch_grid(fwd_kernel<T, true, ContiguousSource, kStreams>,
+                         dim3(unsigned(walkers / kStreams)), Cta::kThreads, Cta::kSmemBytes, p,
+                         maps, ContiguousSource{}, stream);
     }
   }
   const dim3 grid(unsigned(FwdWalk<T::kBlockM, false>(p).q_tiles), unsigned(p.heads_q),
                   unsigned(p.batch));
-  launch_grid(fwd_kernel<T, false, ContiguousSource>, grid, T::kThreads, T::kSmemBytes, p, maps,
+  launch_grid(fwd_kernel<T, false, ContiguousSource, 1>, grid, T::kThreads, T::kSmemBytes, p, maps,
               ContiguousSource{}, stream);
 }
 
@@ -168,7 +197,8 @@ void launch_fwd_paged(const FwdParams& p, const FwdMaps& maps, const Source& src
   check_units<T>(p);
   const dim3 grid(unsigned(FwdWalk<T::kBlockM, false>(p).q_tiles), unsigned(p.heads_q),
                   unsigned(p.batch));
-  launch_grid(fwd_kernel<T, false, Source>, grid, T::kThreads, T::kSmemBytes, p, maps, src, stream);
+  launch_grid(fwd_kernel<T, false, Source, 1>, grid, T::kThreads, T::kSmemBytes, p, maps, src,
+              stream);
 }
 
 }  // namespace flashkit::cuda::sm90

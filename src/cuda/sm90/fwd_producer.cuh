@@ -80,9 +80,11 @@ __device__ __forceinline__ void produce_tile(const FwdParams& p, const FwdMaps& 
   }
 }
 
-template <class T, bool kPersistent, class Source>
+// stream: the CTA's stream this producer thread loads for, whose tiles it walks
+// (fwd_tile_scheduler.cuh).
+template <class T, bool kPersistent, int kStreams, class Source>
 __device__ __forceinline__ void fwd_producer(const FwdParams& p, const FwdMaps& maps,
-                                             const Source& src, unsigned char* smem,
+                                             const Source& src, int stream, unsigned char* smem,
                                              FwdBarriers& bar, int thread) {
   if (thread == 0) {
     ptx::tma_prefetch_descriptor(maps.q);
@@ -91,7 +93,7 @@ __device__ __forceinline__ void fwd_producer(const FwdParams& p, const FwdMaps& 
       ptx::tma_prefetch_descriptor(maps.v);
     }
   }
-  const FwdWalk<T::kBlockM, kPersistent> walk(p);
+  const FwdWalk<T::kBlockM, kPersistent, kStreams> walk(p, stream);
   int blocks = 0, q_use = 0;
   ProducerFix fix{&bar.fix, 0};
   for (int slot = 0; !walk.done(p, slot); ++slot) {

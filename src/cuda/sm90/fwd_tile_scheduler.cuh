@@ -24,26 +24,32 @@
 
 namespace flashkit::cuda::sm90 {
 
-// Slot s = 0, 1, ... of a CTA's walk names one tile (or none). kPersistent: the CTA takes units
-// blockIdx.x, + gridDim.x, ... until they run out. Otherwise the grid is (query tiles, heads,
+// Slot s = 0, 1, ... of a walk names one tile (or none). kPersistent: stream `stream` of CTA b
+// (of kStreams a CTA, fwd_kernel.cuh) is walker w = b kStreams + stream of gridDim.x kStreams and
+// takes units w, w + walkers, ... until they run out. Otherwise the grid is (query tiles, heads,
 // sequences) and the CTA runs the one tile its block index names, with no division.
-template <int kBlockM, bool kPersistent>
+template <int kBlockM, bool kPersistent, int kStreams = 1>
 struct FwdWalk {
   int q_tiles;    // query tiles per (sequence, head)
   int per_unit;   // tiles per unit: 1, or 2 (a pair under a mask)
   int unit_span;  // units per (sequence, head)
+  int stream;
 
-  FLASHKIT_HD explicit FwdWalk(const FwdParams& p)
+  FLASHKIT_HD explicit FwdWalk(const FwdParams& p, int stream_of_cta = 0)
       : q_tiles(int((p.seqlen_q + kBlockM - 1) / kBlockM)),
         per_unit(kPersistent && core::masks_anything(p.mask) ? 2 : 1),
-        unit_span((q_tiles + per_unit - 1) / per_unit) {}
+        unit_span((q_tiles + per_unit - 1) / per_unit),
+        stream(stream_of_cta) {}
 
   // All units of the call (the launch checks that they number at most 2^31 - 1).
   FLASHKIT_HD std::int64_t units(const FwdParams& p) const {
     return std::int64_t(unit_span) * p.heads_q * p.batch;
   }
+  // blockIdx and gridDim read where used: as fields they held two registers through the
+  // mainloop (d = 128: 25 spill instructions).
   __device__ __forceinline__ int unit_of(int slot) const {
-    return int(blockIdx.x + (slot / per_unit) * gridDim.x);
+    if constexpr (kStreams == 1) return int(blockIdx.x + (slot / per_unit) * gridDim.x);
+    return int(blockIdx.x) * kStreams + stream + (slot / per_unit) * int(gridDim.x) * kStreams;
   }
   __device__ __forceinline__ bool done(const FwdParams& p, int slot) const {
     return kPersistent ? unit_of(slot) >= unit_span * p.heads_q * p.batch : slot > 0;

@@ -175,4 +175,31 @@ struct FwdTraits {
                 "shared memory per CTA and per SM on sm90");
 };
 
+// A CTA of kStreams walkers of FwdTraits T's tiles (fwd_kernel.cuh): each stream is a producer
+// thread, T::kConsumers consumer warpgroups and their own region of shared memory (Q buffers,
+// stages, barriers), walking its own tiles. Two streams of one consumer each (the d = 64 short
+// shape, persistent) take the place of two one-consumer CTAs on an SM: one producer warpgroup
+// instead of two, 1-4.5 % faster at d = 64 below 2k keys (docs/kernels/sm90_fwd.md, v31).
+template <class T, int kStreams>
+struct FwdCta {
+  static constexpr int kThreads = 128 + kStreams * T::kConsumerThreads;
+  static constexpr int kPerSm = T::kCtasPerSm / kStreams;
+  static constexpr int kStreamBytes =
+      (T::kBarrierOffset + int(sizeof(FwdBarriers)) + 1023) / 1024 * 1024;
+  static constexpr int kSmemBytes = kStreams == 1 ? T::kSmemBytes : kStreams * kStreamBytes + 1024;
+  // setmaxnreg moves registers within what the CTA got at launch, 65536 / 384 -> 168 a thread
+  // with two streams: 128 x (168 - 40) = 256 x (232 - 168). With 24 and 240 the producer, now
+  // two walks' state, spilled 56 bytes; the consumers keep the 232 of one-consumer CTAs.
+  static constexpr int kLaunchRegs = 65536 / (kThreads * kPerSm) / 8 * 8;
+  static constexpr int kProducerRegs = kStreams == 1 ? T::kProducerRegs : 40;
+  static constexpr int kConsumerRegs =
+      kStreams == 1 ? T::kConsumerRegs
+                    : (kThreads * kLaunchRegs - 128 * kProducerRegs) / (kThreads - 128) / 8 * 8;
+  static_assert(kStreams == 1 || (kStreams == 2 && T::kConsumers == 1 && T::kCtasPerSm == 2),
+                "two streams of one consumer each, in place of two CTAs");
+  static_assert(kSmemBytes <= 227 * 1024 && kPerSm * (kSmemBytes + 1024) <= 228 * 1024,
+                "shared memory per CTA and per SM on sm90");
+  static_assert(kConsumerRegs <= 240, "setmaxnreg: at most 256, and the kernel needs no more");
+};
+
 }  // namespace flashkit::cuda::sm90
