@@ -33,7 +33,7 @@ struct FwdWalk {
   int q_tiles;    // query tiles per (sequence, head)
   int per_unit;   // tiles per unit: 1, or 2 (a pair under a mask)
   int unit_span;  // units per (sequence, head)
-  int stream;
+  int stream;     // the walker's stream in its CTA (0 with one stream a CTA)
 
   FLASHKIT_HD explicit FwdWalk(const FwdParams& p, int stream_of_cta = 0)
       : q_tiles(int((p.seqlen_q + kBlockM - 1) / kBlockM)),
