@@ -5,7 +5,7 @@
 // first), then the query head, then the sequence.
 //  - One CTA per tile: varlen batches, tile shapes without room for a persistent CTA
 //    (FwdTraits::kPersistentFits), calls with no more units than a persistent grid has CTAs,
-//    and calls without a mask from 4096 keys on (fwd_walk_persistent).
+//    and calls without a mask from 8192 keys on (fwd_walk_persistent).
 //  - Otherwise persistent: FwdTraits::kCtasPerSm CTAs per SM, CTA b taking units b, b + grid,
 //    b + 2 grid, ... The producer then loads the next tile's Q and first K while the consumers
 //    still finish this one (fwd_sync.hpp), which saves per tile a CTA launch, the barrier
@@ -79,12 +79,12 @@ struct FwdWalk {
 // Whether a call takes the persistent walk over `ctas` CTAs (FwdTraits::kCtasPerSm per SM):
 // more units than CTAs, and tiles whose lengths a static round robin balances: equal without a
 // mask, pairs of equal sum under a causal mask, and no varlen batch (sequences of any length).
-// Without a mask it also needs fewer than 4096 keys: from there on the persistent walk
-// measured slower than one CTA per tile (H200, d = 128, N = 4k: 609 against 623 TFLOP/s; the
-// cause is not found), where under a causal mask it still gains (+4 %).
+// Without a mask it also needs fewer than 8192 keys: d = 128 takes 176-key blocks from there,
+// whose CTA has no room for a second Q buffer. Below, the walk gains at d = 128 N = 4k +1.5 %
+// since the warpgroup index is uniform (v13, before it: -1..-2 %; docs/kernels/sm90_fwd.md, v32).
 template <int kBlockM>
 inline bool fwd_walk_persistent(const FwdParams& p, int ctas) {
-  return p.cu_seqlens_q == nullptr && (core::masks_anything(p.mask) || p.seqlen_k < 4096) &&
+  return p.cu_seqlens_q == nullptr && (core::masks_anything(p.mask) || p.seqlen_k < 8192) &&
          FwdWalk<kBlockM, true>(p).units(p) > ctas;
 }
 
