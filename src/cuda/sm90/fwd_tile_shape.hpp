@@ -179,7 +179,7 @@ struct FwdTraits {
 // thread, T::kConsumers consumer warpgroups and their own region of shared memory (Q buffers,
 // stages, barriers), walking its own tiles. Two streams of one consumer each (the d = 64 short
 // shape, persistent) take the place of two one-consumer CTAs on an SM: one producer warpgroup
-// instead of two, 1-4.5 % faster at d = 64 below 2k keys (docs/kernels/sm90_fwd.md, v31).
+// instead of two, 0-4.5 % faster at d = 64 below 2k keys (docs/kernels/sm90_fwd.md, v31).
 template <class T, int kStreams>
 struct FwdCta {
   static constexpr int kThreads = 128 + kStreams * T::kConsumerThreads;
