@@ -118,6 +118,25 @@ __device__ __forceinline__ void apply_mask(ScoreBlock<T>& s, const FwdParams& p,
 // FlashAttention-4 rescales on the same idea: only when the max has risen by more than a threshold.
 inline constexpr float kStaleMaxSlack = 8.0f;
 
+struct Max {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Folds v[0 .. kN) into v[0] pairwise, level kStep combining elements kStep apart: log2(kN)
+// dependent steps where a running fold takes kN - 1, with the same kN - 1 instructions. A row half
+// of a 128-key block has 16 pair maxima: 4 dependent FMNMX instead of 16 (~4 cycles each) on the
+// path from S to the exponentials (docs/kernels/sm90_fwd.md, v33).
+template <int kStep = 1, int kN, class Op>
+__device__ __forceinline__ float tree_fold(float (&v)[kN], Op op) {
+  if constexpr (kStep < kN) {
+#pragma unroll
+    for (int i = 0; i + kStep < kN; i += 2 * kStep) v[i] = op(v[i], v[i + kStep]);
+    return tree_fold<2 * kStep>(v, op);
+  } else {
+    return v[0];
+  }
+}
+
 // Online softmax over one block, without touching O: new row max (quad-reduced; with
 // T::kStaleMax moved only when it rises more than kStaleMaxSlack), l rescaled, scores replaced by
 // exp2(s * factor - m) (factor: what scores_to_base2 returned); alpha[mt][half] =
@@ -133,13 +152,13 @@ __device__ __forceinline__ void softmax_update(ScoreBlock<T>& s, FwdAccum<T>& ac
   for (int mt = 0; mt < T::kMmaM; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float block_max = -std::numeric_limits<float>::infinity();
+      float pair_max[T::kBlockN / 8];
 #pragma unroll
       for (int nt = 0; nt < T::kBlockN / 8; ++nt) {
-        block_max = fmaxf(block_max, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+        pair_max[nt] = fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]);
       }
       core::SoftmaxState<float>& st = acc.row[mt][half];
-      const float row_max = ptx::quad_max(block_max) * factor;
+      const float row_max = ptx::quad_max(tree_fold(pair_max, Max{})) * factor;
       // -inf + slack is -inf: a row's first visible keys always set m.
       auto exp2_of = [](float x) { return ptx::exp2_approx(x); };
       if constexpr (T::kStaleMax) {
