@@ -45,8 +45,8 @@ Ceilings measure_ceilings() {
   Ceilings c;
   const int n = 8192;
   Buffer a(std::size_t(n) * n * 2), b(std::size_t(n) * n * 2), d(std::size_t(n) * n * 2);
-  fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(a.p), std::int64_t(n) * n, 1);
-  fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(b.p), std::int64_t(n) * n, 2);
+  fill_bf16_normal<<<1024, 256>>>(static_cast<__nv_bfloat16*>(a.p), std::int64_t(n) * n, 1);
+  fill_bf16_normal<<<1024, 256>>>(static_cast<__nv_bfloat16*>(b.p), std::int64_t(n) * n, 2);
   cublasHandle_t h;
   if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
     const float one = 1, zero = 0;
@@ -150,9 +150,9 @@ Row run_config(const Config& c, flashkit::Algo algo, const char* impl, int reps)
   const std::size_t elems = std::size_t(c.batch()) * c.n * c.heads() * c.d;
   Buffer q(elems * 2), k(elems * 2), v(elems * 2), o(elems * 2);
   const std::uint32_t seed = std::uint32_t(c.d * 131 + c.n);
-  fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(q.p), std::int64_t(elems), seed);
-  fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(k.p), std::int64_t(elems), seed + 1);
-  fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(v.p), std::int64_t(elems), seed + 2);
+  fill_bf16_normal<<<1024, 256>>>(static_cast<__nv_bfloat16*>(q.p), std::int64_t(elems), seed);
+  fill_bf16_normal<<<1024, 256>>>(static_cast<__nv_bfloat16*>(k.p), std::int64_t(elems), seed + 1);
+  fill_bf16_normal<<<1024, 256>>>(static_cast<__nv_bfloat16*>(v.p), std::int64_t(elems), seed + 2);
   check(cudaMemset(o.p, 0xFF, elems * 2), "poison");
   using flashkit::Device;
   using flashkit::DType;
