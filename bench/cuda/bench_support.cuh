@@ -56,9 +56,9 @@ static __global__ void fill_bf16(__nv_bfloat16* p, std::int64_t n, std::uint32_t
 }
 
 // Standard normal values (Box-Muller over two hashed uniforms), as torch.randn gives the Python
-// suite and its peers. The compute-bound benchmarks take these: the H200 ran our forward up to 6 %
-// slower on normal inputs than on uniform ones in [-1, 1) (d = 64 causal 8k; tensor-core power,
-// docs/kernels/sm90_fwd.md), so an A/B on uniform inputs reads a lighter load than the record.
+// suite and its peers. The compute-bound benchmarks take these, so that their A/Bs run on the
+// record's distribution (on the H200 the sm90 forward read 0-1.7 % slower on them than on uniform
+// values in [-1, 1): docs/kernels/sm90_fwd.md, v33).
 static __global__ void fill_bf16_normal(__nv_bfloat16* p, std::int64_t n, std::uint32_t seed) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x) {

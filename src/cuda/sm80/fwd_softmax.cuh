@@ -118,20 +118,16 @@ __device__ __forceinline__ void apply_mask(ScoreBlock<T>& s, const FwdParams& p,
 // FlashAttention-4 rescales on the same idea: only when the max has risen by more than a threshold.
 inline constexpr float kStaleMaxSlack = 8.0f;
 
-struct Max {
-  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-
-// Folds v[0 .. kN) into v[0] pairwise, level kStep combining elements kStep apart: log2(kN)
-// dependent steps where a running fold takes kN - 1, with the same kN - 1 instructions. A row half
-// of a 128-key block has 16 pair maxima: 4 dependent FMNMX instead of 16 (~4 cycles each) on the
-// path from S to the exponentials (docs/kernels/sm90_fwd.md, v33).
-template <int kStep = 1, int kN, class Op>
-__device__ __forceinline__ float tree_fold(float (&v)[kN], Op op) {
+// The max of v[0 .. kN), pairwise, level kStep folding elements kStep apart: log2(kN) dependent
+// FMNMX where a running max takes kN - 1, with the same kN - 1 instructions. A row half of a
+// 128-key block has 16 pair maxima: 4 dependent FMNMX instead of 16 (~4 cycles each) on the path
+// from S to the exponentials (docs/kernels/sm90_fwd.md, v33).
+template <int kStep = 1, int kN>
+__device__ __forceinline__ float tree_max(float (&v)[kN]) {
   if constexpr (kStep < kN) {
 #pragma unroll
-    for (int i = 0; i + kStep < kN; i += 2 * kStep) v[i] = op(v[i], v[i + kStep]);
-    return tree_fold<2 * kStep>(v, op);
+    for (int i = 0; i + kStep < kN; i += 2 * kStep) v[i] = fmaxf(v[i], v[i + kStep]);
+    return tree_max<2 * kStep>(v);
   } else {
     return v[0];
   }
@@ -158,7 +154,7 @@ __device__ __forceinline__ void softmax_update(ScoreBlock<T>& s, FwdAccum<T>& ac
         pair_max[nt] = fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]);
       }
       core::SoftmaxState<float>& st = acc.row[mt][half];
-      const float row_max = ptx::quad_max(tree_fold(pair_max, Max{})) * factor;
+      const float row_max = ptx::quad_max(tree_max(pair_max)) * factor;
       // -inf + slack is -inf: a row's first visible keys always set m.
       auto exp2_of = [](float x) { return ptx::exp2_approx(x); };
       if constexpr (T::kStaleMax) {
