@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/host_device.hpp"
+#include "cuda/common/fast_div.hpp"
 #include "core/mask_rules.hpp"
 #include "core/problem.hpp"
 #include "flashkit/tensor.hpp"
@@ -30,6 +31,9 @@ struct FwdParams {
   float scale_log2;  // scale * log2(e): scores in base 2 (core/softmax_state.hpp)
   core::MaskRule mask;
   DType in_dtype, out_dtype;
+  // The divisors of the sm90 forward's persistent walk (sm90/fwd_tile_scheduler.cuh), set by its
+  // launch: units per (sequence, head), heads_q and the GQA group.
+  FastDiv walk_span, walk_heads, walk_group;
 
   FLASHKIT_HD int group() const { return heads_q / heads_kv; }
   FLASHKIT_HD bool has_score_mods() const { return alibi_slopes != nullptr || mask.softcap > 0; }

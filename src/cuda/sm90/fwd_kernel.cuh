@@ -163,8 +163,8 @@ void launch_fwd_with(const FwdParams& p, const FwdMaps& maps, int multiprocessor
       constexpr int kStreams = T::kConsumers == 1 ? 2 : 1;
       using Cta = FwdCta<T, kStreams>;
       return launch_grid(fwd_kernel<T, true, ContiguousSource, kStreams>,
-                         dim3(unsigned(walkers / kStreams)), Cta::kThreads, Cta::kSmemBytes, p,
-                         maps, ContiguousSource{}, stream);
+                         dim3(unsigned(walkers / kStreams)), Cta::kThreads, Cta::kSmemBytes,
+                         fwd_walk_divisors<T::kBlockM>(p), maps, ContiguousSource{}, stream);
     }
   }
   const dim3 grid(unsigned(FwdWalk<T::kBlockM, false>(p).q_tiles), unsigned(p.heads_q),

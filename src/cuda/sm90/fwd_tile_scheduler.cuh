@@ -46,27 +46,29 @@ struct FwdWalk {
     return std::int64_t(unit_span) * p.heads_q * p.batch;
   }
   // blockIdx and gridDim read where used: as fields they held two registers through the
-  // mainloop (d = 128: 25 spill instructions).
+  // mainloop (d = 128: 25 spill instructions). per_unit is 1 or 2: a shift, not a division.
   __device__ __forceinline__ int unit_of(int slot) const {
-    if constexpr (kStreams == 1) return int(blockIdx.x + (slot / per_unit) * gridDim.x);
-    return int(blockIdx.x) * kStreams + stream + (slot / per_unit) * int(gridDim.x) * kStreams;
+    const int pass = slot >> (per_unit - 1);
+    if constexpr (kStreams == 1) return int(blockIdx.x + pass * gridDim.x);
+    return int(blockIdx.x) * kStreams + stream + pass * int(gridDim.x) * kStreams;
   }
   __device__ __forceinline__ bool done(const FwdParams& p, int slot) const {
     return kPersistent ? unit_of(slot) >= unit_span * p.heads_q * p.batch : slot > 0;
   }
 
   // The tile of a slot; empty when it has none (the second of a pair whose first is the middle
-  // tile; a varlen sequence shorter than the grid assumed).
+  // tile; a varlen sequence shorter than the grid assumed). The persistent walk divides by
+  // p.walk_* (fwd_walk_divisors).
   __device__ __forceinline__ sm80::FwdTile tile(const FwdParams& p, int slot) const {
     if (!kPersistent) return sm80::fwd_tile<kBlockM>(p);
     const int unit = unit_of(slot);
-    const int bh = unit / unit_span, in_span = unit - bh * unit_span;
-    const bool second = slot % per_unit == 1;
+    const int bh = p.walk_span.div(unit), in_span = unit - bh * unit_span;
+    const bool second = (slot & (per_unit - 1)) != 0;
     sm80::FwdTile t;
     t.m_block = second ? in_span : q_tiles - 1 - in_span;
-    t.head = bh % p.heads_q;
-    t.batch = bh / p.heads_q;
-    t.head_kv = t.head / p.group();  // GQA: a head index mapping, no K/V copies
+    t.batch = p.walk_heads.div(bh);
+    t.head = bh - t.batch * p.heads_q;
+    t.head_kv = p.walk_group.div(t.head);  // GQA: a head index mapping, no K/V copies
     t.span = sequence_span(p, t.batch);
     t.row_begin = t.m_block * kBlockM;
     const int end = t.row_begin + kBlockM;
@@ -75,6 +77,16 @@ struct FwdWalk {
     return t;
   }
 };
+
+// p with the divisors its persistent walk of kBlockM-row tiles takes (FwdParams::walk_*).
+template <int kBlockM>
+inline FwdParams fwd_walk_divisors(const FwdParams& p) {
+  FwdParams w = p;
+  w.walk_span = make_fast_div(FwdWalk<kBlockM, true>(p).unit_span);
+  w.walk_heads = make_fast_div(p.heads_q);
+  w.walk_group = make_fast_div(p.group());
+  return w;
+}
 
 // Whether a call takes the persistent walk over `ctas` CTAs (FwdTraits::kCtasPerSm per SM):
 // more units than CTAs, and tiles whose lengths a static round robin balances: equal without a
