@@ -15,6 +15,7 @@
 #include "cuda/common/score.cuh"
 #include "cuda/ptx/convert.cuh"
 #include "cuda/ptx/warp_reduce.cuh"
+#include "cuda/sm80/row_mask.hpp"
 
 namespace flashkit::cuda::sm80 {
 
@@ -81,12 +82,16 @@ __device__ __forceinline__ float scores_to_base2(ScoreBlock<T>& s, const FwdPara
 }
 
 // -inf for the keys a row may not see, on blocks that cross a mask edge or the end of the keys.
-// core::key_visible(j) is "j < prefix_len or j in key_band(row)": the band is computed once per
-// row and each element costs three integer compares.
+// With T::kMaskRowForms each row's visible columns are settled once (row_columns) and moved to the
+// thread's column base, so that each element is compared against constants: for causal rows one
+// ISETP and an FSEL an element, where a column per element and three compares against the band
+// (the other form, core::key_visible's test as it reads) take five instructions.
 template <class T>
 __device__ __forceinline__ void apply_mask(ScoreBlock<T>& s, const FwdParams& p,
                                            const ScoreContext& c, int warp, int lane) {
   const int prefix = int(p.mask.prefix_len < c.len_k ? p.mask.prefix_len : c.len_k);
+  const int base = frag_col(lane, 0, 0);
+  constexpr float kHidden = -std::numeric_limits<float>::infinity();
 #pragma unroll
   for (int mt = 0; mt < T::kMmaM; ++mt)
 #pragma unroll
@@ -96,15 +101,34 @@ __device__ __forceinline__ void apply_mask(ScoreBlock<T>& s, const FwdParams& p,
       // Block-relative bounds; the band is within [0, len_k) so the ints cannot overflow.
       const int lo = int(band.lo - c.col0), hi = int(band.hi - c.col0);
       const int pre = prefix - int(c.col0);
+      if constexpr (!T::kMaskRowForms) {
+#pragma unroll
+        for (int nt = 0; nt < T::kBlockN / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int j = frag_col(lane, nt, e);
+            if (!(j < pre || (j >= lo && j <= hi))) s[mt][nt][2 * half + e] = kHidden;
+          }
+        continue;
+      }
+      RowColumns r = row_columns(lo, hi, pre);
+      r.lo -= base;
+      r.hi -= base;
+      r.pre -= base;
 #pragma unroll
       for (int nt = 0; nt < T::kBlockN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int j = frag_col(lane, nt, e);
-          if (!(j < pre || (j >= lo && j <= hi))) {
-            s[mt][nt][2 * half + e] = -std::numeric_limits<float>::infinity();
-          }
+          if (!row_sees_upto(r, nt * 8 + e)) s[mt][nt][2 * half + e] = kHidden;
         }
+      if (!r.from_start) {
+#pragma unroll
+        for (int nt = 0; nt < T::kBlockN / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            if (!row_sees_from(r, nt * 8 + e)) s[mt][nt][2 * half + e] = kHidden;
+          }
+      }
     }
 }
 

@@ -138,6 +138,12 @@ struct FwdTraits {
   // +1.0-2.2 %; with three consumers -7 to -8 %, d = 128 -1 to -5.5 %, d = 256 flat
   // (docs/kernels/sm90_fwd.md, v27).
   static constexpr bool kMaskTestAhead = kConsumers == 1;
+  // The mask's per-row forms (sm80/fwd_softmax.cuh, apply_mask: one compare an element on causal
+  // rows, against five). Measured with the walk's fast divisions (v36): d = 128 causal 512 / 1k /
+  // 2k +1.2 / +0.8 / +1.3 %, d = 64 three consumers causal 4k +3.3 %; but the one-consumer d = 64
+  // kernel, masked blocks included, ran 2-5 % slower with them (causal 1k -1.7 %, N 512 -4.7 %,
+  // its code rescheduled around them): it keeps the other form (docs/kernels/sm90_fwd.md, v35).
+  static constexpr bool kMaskRowForms = kConsumers != 1;
 
   static constexpr int kSlabBytesPerRow = 128;  // 64 f16/bf16 elements: the swizzle span
   static constexpr int kSlabs = kD / 64;
