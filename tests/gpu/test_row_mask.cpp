@@ -13,10 +13,12 @@ namespace {
 
 using cuda::sm80::row_columns;
 using cuda::sm80::row_sees;
-using cuda::sm80::RowColumns;
 using cuda::sm80::row_sees_upto;
+using cuda::sm80::RowColumns;
 
-bool rule_sees(int lo, int hi, int pre, int j) { return j < pre || (j >= lo && j <= hi); }
+bool rule_sees(int lo, int hi, int pre, int j) {
+  return j < pre || (j >= lo && j <= hi);
+}
 
 void check(int lo, int hi, int pre, int columns) {
   const RowColumns r = row_columns(lo, hi, pre);
@@ -48,9 +50,9 @@ TEST(RowMask, EveryFormAgreesWithTheRuleOnBlockSizedBounds) {
 TEST(RowMask, RowsThatRunFromTheStartNeedOnePass) {
   EXPECT_TRUE(row_columns(-128, 17, -128).from_start);  // causal, the band begun before
   EXPECT_TRUE(row_columns(0, 17, 0).from_start);
-  EXPECT_TRUE(row_columns(30, 90, 40).from_start);  // a prefix reaching the window
-  EXPECT_TRUE(row_columns(30, 20, 10).from_start);  // empty band: the prefix alone
-  EXPECT_FALSE(row_columns(30, 90, 0).from_start);  // a window starting in the block
+  EXPECT_TRUE(row_columns(30, 90, 40).from_start);   // a prefix reaching the window
+  EXPECT_TRUE(row_columns(30, 20, 10).from_start);   // empty band: the prefix alone
+  EXPECT_FALSE(row_columns(30, 90, 0).from_start);   // a window starting in the block
   EXPECT_FALSE(row_columns(30, 90, 10).from_start);  // prefix, gap, window
   // The first pass alone is the whole test where the row runs from the start.
   for (int j = 0; j < 64; ++j) {

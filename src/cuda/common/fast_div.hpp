@@ -13,7 +13,7 @@
 namespace flashkit::cuda {
 
 struct FastDiv {
-  std::int32_t d = 1;
+  std::int32_t d = 1;   // the divisor
   std::uint32_t m = 0;  // 2^32 (2^l - d) / d + 1, rounded down before the + 1 (0 when d = 2^l)
   std::int32_t l = 0;   // ceil(log2 d)
 
@@ -35,8 +35,8 @@ inline FastDiv make_fast_div(int d) {
   f.d = d;
   while ((std::int64_t(1) << f.l) < d) ++f.l;
   const std::uint64_t pow = std::uint64_t(1) << f.l;
-  f.m = pow == std::uint64_t(d) ? 0u
-                                : std::uint32_t(((std::uint64_t(1) << 32) * (pow - d)) / d + 1);
+  f.m =
+      pow == std::uint64_t(d) ? 0u : std::uint32_t(((std::uint64_t(1) << 32) * (pow - d)) / d + 1);
   return f;
 }
 

@@ -6,9 +6,9 @@
 #include <cstdint>
 
 #include "core/host_device.hpp"
-#include "cuda/common/fast_div.hpp"
 #include "core/mask_rules.hpp"
 #include "core/problem.hpp"
+#include "cuda/common/fast_div.hpp"
 #include "flashkit/tensor.hpp"
 
 namespace flashkit::cuda {

@@ -27,7 +27,9 @@ FLASHKIT_HD constexpr RowColumns row_columns(int lo, int hi, int pre) {
 
 // The two passes' compares for column j (>= 0), each against a constant in the kernels' unrolled
 // loops, combined bitwise (with && and || the compiler branched per element).
-FLASHKIT_HD constexpr bool row_sees_upto(const RowColumns& r, int j) { return j <= r.hi; }
+FLASHKIT_HD constexpr bool row_sees_upto(const RowColumns& r, int j) {
+  return j <= r.hi;
+}
 FLASHKIT_HD constexpr bool row_sees_from(const RowColumns& r, int j) {
   return (j >= r.lo) | (j < r.pre);
 }
