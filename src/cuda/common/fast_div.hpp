@@ -2,8 +2,8 @@
 // (Granlund and Montgomery's round-up method, for dividends below 2^31): set up on the host,
 // read by the kernel from its parameters. A 32-bit division by a run-time value compiles to ~20
 // dependent instructions (I2F, MUFU.RCP, F2I and corrections); the sm90 forward's persistent
-// walk divided three times per tile, twice per tile, on its consumers' path between two tiles
-// (d = 64 N 512: ~530 cycles each time, docs/kernels/sm90_fwd.md, v36).
+// walk divided three times to derive a tile, which its consumers do twice a tile (d = 64 N 512:
+// ~530 cycles each time, ~180 by these; docs/kernels/sm90_fwd.md, v36).
 #pragma once
 
 #include <cstdint>
