@@ -6,8 +6,10 @@ the same process on the same inputs, following bench/BENCH.md's protocol.
     python -m flashkit.bench --suite host --out bench/results/h200/host.json   (bench_host.py)
 
 Per config: fresh random inputs, a correctness check of flashkit against a peer before anything
-is timed, warm-up, then the median of --iters CUDA-event timings. The ceilings (bf16 matmul
-TFLOP/s, streaming-read GB/s) are measured in the same run. Needs torch and a CUDA device.
+is timed, then the median of --iters CUDA-event timings, split (prefill suites) over --rounds
+rounds in which the impls take turns in a rotating order, each warmed up before its turn. The
+ceilings (bf16 matmul TFLOP/s, streaming-read GB/s) are measured in the same run. Needs torch and
+a CUDA device.
 """
 
 from __future__ import annotations
@@ -44,10 +46,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="a small subset of the grid")
     p.add_argument("--iters", type=int, default=30, help="timed runs per config (>= 20)")
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="prefill suites: the timed runs split into rounds, the impls taking turns",
+    )
     p.add_argument("--read-gib", type=float, default=8.0, help="buffer of the read ceiling")
     args = p.parse_args(argv)
     if args.iters < 20:
         p.error("--iters: the protocol takes the median of at least 20 runs")
+    if not 1 <= args.rounds <= args.iters:
+        p.error(f"--rounds: between 1 and --iters ({args.iters}), got {args.rounds}")
     return args
 
 
@@ -89,10 +99,15 @@ class Timer:
     not bring them back (the decode suite's first e4m3 row read batch 64 at 155 us where the same
     call alone read 134 us, H200)."""
 
-    def __init__(self, torch, iters: int, warmup: int, warmup_s: float = 0.05):
+    def __init__(self, torch, iters: int, warmup: int, warmup_s: float = 0.05, rounds: int = 1):
         self.torch, self.iters, self.warmup, self.warmup_s = torch, iters, warmup, warmup_s
+        self.rounds = rounds
 
     def __call__(self, fn, inputs) -> float:
+        return statistics.median(self.samples(fn, inputs, self.iters))
+
+    def samples(self, fn, inputs, iters: int) -> list:
+        """Milliseconds of `iters` timed calls of fn, after the warm-up."""
         torch = self.torch
         start, i = time.perf_counter(), 0
         while i < self.warmup or time.perf_counter() - start < self.warmup_s:
@@ -101,14 +116,14 @@ class Timer:
             torch.cuda.synchronize()  # the time is the GPU's, not the launch queue's
         events = [
             (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            for _ in range(self.iters)
+            for _ in range(iters)
         ]
         for i, (start, end) in enumerate(events):
             start.record()
             fn(*inputs[i % len(inputs)])
             end.record()
         torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in events)
+        return [s.elapsed_time(e) for s, e in events]
 
 
 def measure_ceilings(torch, timer: Timer, read_gib: float) -> dict:
@@ -202,7 +217,7 @@ def run_config(torch, timer, suite, cfg, rows):
         return [out, *torch.autograd.grad(out, (q, k, v), dout)]
 
     # Correctness first, on the same inputs for everyone; the first peer that runs is the judge.
-    reference, outcomes = None, {}
+    reference, outcomes, timed = None, {}, []
     for name in (*PEERS, *(n for n in impls if n.startswith("flashkit"))):
         try:
             torch.manual_seed(1)  # the same dout for every impl
@@ -227,22 +242,43 @@ def run_config(torch, timer, suite, cfg, rows):
                 rows.append(row)
                 continue
         rows.append(row)
-        row["ms"] = time_impl(torch, timer, impls[name], sets, causal, backward)
+        timed.append(row)
+    for row, ms in zip(timed, time_in_rounds(torch, timer, impls, timed, sets, causal, backward)):
+        row["ms"] = ms
         add_rate(suite, cfg, row)
 
 
-def time_impl(torch, timer, fn, sets, causal, backward) -> float:
+def round_orders(count: int, rounds: int) -> list:
+    """The order of `count` impls in each timing round: round r starts at impl r (mod count), so
+    over `count` rounds every impl is timed at every position once. A fixed order timed each impl
+    right after the same other one, whatever state (power, clocks, L2) that one left behind."""
+    return [[(r + i) % count for i in range(count)] for r in range(rounds)]
+
+
+def time_in_rounds(torch, timer, impls, timed, sets, causal, backward) -> list:
+    """Median ms of each timed row's impl: --iters timed calls split over --rounds rounds, the
+    impls taking turns in round_orders."""
+    calls = [timing_call(torch, impls[row["impl"]], sets, causal, backward) for row in timed]
+    per_round = math.ceil(timer.iters / timer.rounds)
+    samples = [[] for _ in timed]
+    for order in round_orders(len(timed), timer.rounds):
+        for i in order:
+            samples[i] += timer.samples(*calls[i], per_round)
+    return [statistics.median(s) for s in samples]
+
+
+def timing_call(torch, fn, sets, causal, backward):
+    """(callable, its input sets) that the timer runs for one impl."""
     if not backward:
-        return timer(lambda q, k, v: fn(q, k, v, causal), sets)
+        return (lambda q, k, v: fn(q, k, v, causal)), sets
     # Backward only: one forward per input set, then time the gradient pass.
     graphs = []
     for q, k, v in sets:
         out = fn(q, k, v, causal)
         graphs.append((out, q, k, v, torch.randn_like(out)))
-    return timer(
-        lambda out, q, k, v, dout: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True),
-        graphs,
-    )
+    return (
+        lambda out, q, k, v, dout: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+    ), graphs
 
 
 def add_rate(suite, cfg, row) -> None:
@@ -618,7 +654,7 @@ def main(argv=None) -> int:
         sys.exit("flashkit.bench: needs a CUDA device")
     import flashkit
 
-    timer = Timer(torch, args.iters, args.warmup)
+    timer = Timer(torch, args.iters, args.warmup, rounds=args.rounds)
     result = {
         "suite": args.suite,
         "commit": os.environ.get("FLASHKIT_COMMIT", "unknown"),
@@ -630,8 +666,13 @@ def main(argv=None) -> int:
             "cuda": torch.version.cuda,
             "flashkit": flashkit.__version__,
         },
-        "protocol": {"iters": args.iters, "warmup": args.warmup, "warmup_s": timer.warmup_s,
-                     "statistic": "median"},
+        "protocol": {
+            "iters": args.iters,
+            "warmup": args.warmup,
+            "warmup_s": timer.warmup_s,
+            "rounds": args.rounds,
+            "statistic": "median",
+        },
         "ceilings": measure_ceilings(torch, timer, args.read_gib),
         "rows": [],
     }

@@ -76,3 +76,35 @@ def test_host_suite_counts_calls_and_ratios():
     assert [r["vs_sdpa"] for r in rows] == [1.5, 1.0]
     text = bench_host.host_summary({"rows": rows})
     assert "flashkit     fwd          30.0    1.50x" in text
+
+
+def test_round_orders_put_every_impl_at_every_position():
+    orders = bench.round_orders(5, 5)
+    assert all(sorted(o) == list(range(5)) for o in orders)
+    for position in range(5):
+        assert sorted(o[position] for o in orders) == list(range(5))
+    assert bench.round_orders(3, 2) == [[0, 1, 2], [1, 2, 0]]
+
+
+def test_rounds_split_the_timed_calls_and_take_turns():
+    turns = []
+
+    class StubTimer:
+        iters, rounds = 30, 5
+
+        def samples(self, fn, inputs, iters):
+            value = fn(*inputs[0])
+            turns.append(value)
+            return [float(value)] * iters
+
+    def impl(value):
+        return lambda q, k, v, causal: value
+
+    impls = {"a": impl(0), "b": impl(1), "c": impl(2)}
+    timed = [{"impl": name} for name in impls]
+    ms = bench.time_in_rounds(None, StubTimer(), impls, timed, [(None,) * 3], False, False)
+    assert ms == [0.0, 1.0, 2.0]
+    assert turns == [0, 1, 2, 1, 2, 0, 2, 0, 1, 0, 1, 2, 1, 2, 0]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--suite", "prefill_fwd", "--out", "x.json", "--rounds", "0"])
+    assert bench.parse_args(["--suite", "prefill_fwd", "--out", "x.json"]).rounds == 5
