@@ -122,15 +122,15 @@ TEST(Fa3Forward, D256HeldMaxAgainstScoresThatJumpOnTheLastBlock) {
 }
 
 // d = 64 runs 192-row tiles (3 consumer warpgroups) without a mask, and under a causal or window
-// mask from 4096 query rows on (128-row tiles below, which the grid covers): masked tiles of 192
+// mask from 8192 query rows on (64-row tiles below, which the grid covers): masked tiles of 192
 // rows that are not a multiple of 128 blocks, a last tile of 4 rows, and a varlen batch whose
 // tiles cross sequence ends.
 TEST(Fa3Forward, D64MaskedLongQueriesTakeThe192RowTiles) {
   FLASHKIT_REQUIRE_SM90();
   CaseSpec s;
   s.dtype = DType::bf16;
-  s.seqlens_q = {4100};
-  s.seqlens_k = {4100};
+  s.seqlens_q = {8260};  // 43 x 192 + 4
+  s.seqlens_k = {8260};
   s.heads_q = 2;
   s.heads_kv = 1;
   s.head_dim = 64;
@@ -145,8 +145,8 @@ TEST(Fa3Forward, D64MaskedLongQueriesTakeThe192RowTiles) {
   s.dtype = DType::f16;
   s.heads_q = 1;
   s.varlen = true;
-  s.seqlens_q = {333, 4097, 0, 191};
-  s.seqlens_k = {333, 4097, 0, 191};
+  s.seqlens_q = {333, 8193, 0, 191};
+  s.seqlens_k = {333, 8193, 0, 191};
   expect_gpu_forward_matches(s, Algo::fa3);
 }
 
@@ -216,12 +216,13 @@ TEST(Fa3Forward, PersistentCtasWalkSeveralTiles) {
   s.seqlens_q = std::vector<std::int64_t>(2, 100);  // 1-128 query rows: 128-row tiles
   s.seqlens_k = std::vector<std::int64_t>(2, 3000);
   expect_gpu_forward_matches(s, Algo::fa3);
-  // 9 tiles x 5 heads x 7 = 315 units over 264 walkers: the two walks of a CTA (FwdCta) whose
-  // walkers are 50 and 51 take 2 and 1 tiles, so one walk ends while the other still runs; f32
-  // output takes the register epilogue.
+  // 8 tiles x 5 heads x 10 = 400 units over 396 walkers (132 SMs): the three walks of a CTA
+  // (FwdCta) whose walkers are 3, 4 and 5 take 2, 1 and 1 tiles, so one walk runs on after the
+  // others end; the last tile of each sequence has 2 rows; f32 output takes the register
+  // epilogue.
   s.heads_q = s.heads_kv = 5;
-  s.seqlens_q = std::vector<std::int64_t>(7, 520);
-  s.seqlens_k = std::vector<std::int64_t>(7, 400);
+  s.seqlens_q = std::vector<std::int64_t>(10, 450);
+  s.seqlens_k = std::vector<std::int64_t>(10, 400);
   expect_gpu_forward_matches(s, Algo::fa3);
   expect_gpu_forward_matches(s, Algo::fa3, DType::f32);
   s.heads_q = 8;

@@ -156,15 +156,16 @@ void launch_fwd_with(const FwdParams& p, const FwdMaps& maps, int multiprocessor
   using T = FwdTraits<Elem, kHeadDim, kConsumers, kBlockN>;
   if (FwdWalk<T::kBlockM, false>(p).units(p) == 0) return;
   check_units<T>(p);
-  if constexpr (T::kPersistentFits) {
-    const int walkers = multiprocessors * T::kCtasPerSm;
-    if (fwd_walk_persistent<T::kBlockM>(p, walkers)) {
-      // One-consumer walkers in pairs, as the two streams of a CTA (FwdCta).
-      constexpr int kStreams = T::kConsumers == 1 ? 2 : 1;
-      using Cta = FwdCta<T, kStreams>;
-      return launch_grid(fwd_kernel<T, true, ContiguousSource, kStreams>,
+  // The persistent walk: one-consumer walkers three to a CTA, as its streams (FwdCta).
+  constexpr int kStreams = kConsumers == 1 ? 3 : 1;
+  using W = FwdTraits<Elem, kHeadDim, kConsumers, kBlockN, kStreams>;
+  if constexpr (W::kPersistentFits) {
+    const int walkers = multiprocessors * W::kWalkersPerSm;
+    if (fwd_walk_persistent<W::kBlockM>(p, walkers)) {
+      using Cta = FwdCta<W, kStreams>;
+      return launch_grid(fwd_kernel<W, true, ContiguousSource, kStreams>,
                          dim3(unsigned(walkers / kStreams)), Cta::kThreads, Cta::kSmemBytes,
-                         fwd_walk_divisors<T::kBlockM>(p), maps, ContiguousSource{}, stream);
+                         fwd_walk_divisors<W::kBlockM>(p), maps, ContiguousSource{}, stream);
     }
   }
   const dim3 grid(unsigned(FwdWalk<T::kBlockM, false>(p).q_tiles), unsigned(p.heads_q),

@@ -14,7 +14,7 @@
 // same blocks, so over L loop steps each barrier sees L syncs and L arrivals (the last consumer
 // skips its arrival after its last step): every tile leaves the barriers as it found them. Where
 // T::kPingpong is off (one consumer, and d = 128 in 128-key blocks, where turns measured slower)
-// the warp schedulers interleave the warpgroups, and the two one-consumer CTAs of an SM, freely.
+// the warp schedulers interleave the warpgroups, and the one-consumer walkers of an SM, freely.
 #pragma once
 
 #include <cstdint>

@@ -4,16 +4,17 @@
 // fastest, last tile first (under a causal mask the last tiles see the most keys, so they start
 // first), then the query head, then the sequence.
 //  - One CTA per tile: varlen batches, tile shapes without room for a persistent CTA
-//    (FwdTraits::kPersistentFits), calls with no more units than a persistent grid has CTAs,
+//    (FwdTraits::kPersistentFits), calls with no more units than a persistent grid has walkers,
 //    and calls without a mask from 8192 keys on (fwd_walk_persistent).
-//  - Otherwise persistent: FwdTraits::kCtasPerSm CTAs per SM, CTA b taking units b, b + grid,
-//    b + 2 grid, ... The producer then loads the next tile's Q and first K while the consumers
-//    still finish this one (fwd_sync.hpp), which saves per tile a CTA launch, the barrier
-//    set-up and the Q and first-K latency. The static round robin needs units of equal work:
-//    without a mask a unit is one tile (all visit every KV block); under a mask it is the pair of
-//    query tiles m and q_tiles - 1 - m of one (sequence, head), whose block counts sum to the same
-//    number under a causal mask (tiles one by one over a static round robin left SMs idle at the
-//    end of the grid: docs/kernels/sm90_fwd.md, v4, -5 to -29 %).
+//  - Otherwise persistent: FwdTraits::kWalkersPerSm walkers per SM, walker b taking units b,
+//    b + walkers, b + 2 walkers, ... The producer then loads the next tile's first K (and,
+//    with two Q buffers, its Q) while the consumers still finish this one (fwd_sync.hpp), which
+//    saves per tile a CTA launch, the barrier set-up and the load latency. The static round robin needs
+//    units of equal work: without a mask a unit is one tile (all visit every KV block); under a
+//    mask it is the pair of query tiles m and q_tiles - 1 - m of one (sequence, head), whose
+//    block counts sum to the same number under a causal mask (tiles one by one over a static
+//    round robin left SMs idle at the end of the grid: docs/kernels/sm90_fwd.md, v4, -5 to
+//    -29 %).
 #pragma once
 
 #include <cstdint>
@@ -88,7 +89,7 @@ inline FwdParams fwd_walk_divisors(const FwdParams& p) {
   return w;
 }
 
-// Whether a call takes the persistent walk over `ctas` CTAs (FwdTraits::kCtasPerSm per SM):
+// Whether a call takes the persistent walk over `ctas` walkers (FwdTraits::kWalkersPerSm per SM):
 // more units than CTAs, and tiles whose lengths a static round robin balances: equal without a
 // mask, pairs of equal sum under a causal mask, and no varlen batch (sequences of any length).
 // Without a mask it also needs fewer than 8192 keys: d = 128 takes 176-key blocks from there,

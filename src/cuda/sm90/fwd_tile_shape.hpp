@@ -5,23 +5,26 @@
 // m64 row block). Per consumer thread: S = block_n / 2 f32, O = d / 2 f32, P = block_n / 4
 // registers; with setmaxnreg the producer keeps 24 registers and the consumers share the rest
 // of the CTA's share of the register file (2 consumers: 128 x 24 + 256 x 240 = 64512 of the
-// SM's 65536; 3: 128 x 24 + 384 x 160 = 64512; 1, two CTAs per SM: 128 x 24 + 128 x 232 = 32768).
+// SM's 65536; 3: 128 x 24 + 384 x 160 = 64512; 1, two CTAs per SM: 128 x 24 + 128 x 232 = 32768;
+// 1, three streams of a persistent CTA: 128 x 32 + 3 x 128 x 160 = 65536).
 //   d 64:  192 x 128, 3 consumers (S 64 + O 32 + P 32 fit 160); smem Q 24 KB + 2 stages x
 //          (K + V) 64 KB = 88 KB. Three consumers, not two: at 128 x 128 the kernel was
 //          issue-bound with 2.25 warps per scheduler (ncu, N = 4k: 48 % of issue slots used);
 //          a third consumer adds a warp per scheduler and shares each K/V block among 192 rows
-//          (H200: +10-15 % at N >= 2k). 64 x 128 with one consumer, two CTAs per SM (each with
-//          two 8 KB Q buffers and its own 64 KB of stages: 2 x 82 KB), instead:
+//          (H200: +10-15 % at N >= 2k). 64 x 128 with one consumer, three walkers per SM (the
+//          three streams of a persistent CTA, FwdCta, each with one 8 KB Q buffer and its own
+//          64 KB of stages: 3 x 73 KB; two CTAs per SM where a CTA runs one tile), instead:
 //          - without a mask below 2048 keys, where the CTA's persistent walk (which 3 consumers
 //            have no registers for: fwd_tile_scheduler.cuh) pays more, and where 192-row tiles
 //            would pad the query rows by more than an eighth over 64-row ones;
-//          - under a causal or window mask below 4096 query rows: 192-row tiles cross the
+//          - under a causal or window mask below 8192 query rows: 192-row tiles cross the
 //            diagonal over more masked blocks (causal N = 1k: -12 % against 128 x 128).
-//          The two CTAs of an SM are not ordered against each other (no pingpong turn between
-//          them); each reads K and V per 64 query rows. H200, against 128 x 128 tiles of two
-//          consumers: N = 512 +5.8 %, causal 512 / 1k / 2k +2.3 / +3.6 / +4.0 %; against
-//          192 x 128: N = 1k +4.0 %, 2k -7 %, 8k -10 %, causal 4k -1.5 % (docs/kernels/sm90_fwd.md,
-//          v23).
+//          The walkers of an SM are not ordered against each other (no pingpong turn between
+//          them); each reads K and V per 64 query rows. H200: two such walkers against 128 x 128
+//          tiles of two consumers: N = 512 +5.8 %, causal 512 / 1k / 2k +2.3 / +3.6 / +4.0 %
+//          (v23); three against two: N = 512 / 1k +6.8 / +5.4 %, causal 512 / 1k / 2k +6.5 /
+//          +4.6 / +1.8 %; three against 192 x 128: N = 2k -1.5 %, causal 4k +1.8 %
+//          (docs/kernels/sm90_fwd.md, v37).
 //   d 128: 128 x 176 from 8192 keys on (S 88 + O 64 + P 44); 32 KB + 176 KB = 208 KB: 27 %
 //          fewer blocks, so less per-block work (barrier waits, row maxima, O rescale): H200
 //          +3-9 % at 8k-16k keys, causal +1-5 %. Below, 128 x 128 (S 64 + O 64; 160 KB): with
@@ -61,7 +64,7 @@ constexpr bool fwd_192_rows_pad_little(int seqlen_q) {
 constexpr FwdShape fwd_shape(int head_dim, bool masked, int seqlen_q, int seqlen_k) {
   if (head_dim <= 64) {
     const bool three =
-        masked ? seqlen_q >= 4096 : seqlen_k >= 2048 && fwd_192_rows_pad_little(seqlen_q);
+        masked ? seqlen_q >= 8192 : seqlen_k >= 2048 && fwd_192_rows_pad_little(seqlen_q);
     return {three ? 3 : 1, 128};
   }
   if (head_dim <= 128) return {2, seqlen_k >= 8192 ? 176 : 128};
@@ -95,7 +98,10 @@ constexpr bool fwd_shapes_compiled(int head_dim) {
   return true;
 }
 
-template <class ElemT, int kHeadDim, int kConsumerWarpgroups, int kKeysPerBlock>
+// kWalkers: the tile walkers an SM holds, as CTAs of one walker each or (one consumer, persistent)
+// as the streams of one CTA (FwdCta); it splits the SM's registers and shared memory.
+template <class ElemT, int kHeadDim, int kConsumerWarpgroups, int kKeysPerBlock,
+          int kWalkers = kConsumerWarpgroups == 1 ? 2 : 1>
 struct FwdTraits {
   using Elem = ElemT;
   static constexpr int kD = kHeadDim;
@@ -105,13 +111,14 @@ struct FwdTraits {
   static constexpr int kStages = kFwdStages;
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;
-  // One consumer: two CTAs share an SM, each walking its own 64-row tiles with its own stages
-  // (d 64 above; at d = 128 the 64-key blocks two CTAs' stages would allow measured -5..-18 %).
-  static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
+  // One consumer: two or three walkers share an SM, each walking its own 64-row tiles with its
+  // own stages (d 64 above; at d = 128 the 64-key blocks two walkers' stages would allow
+  // measured -5..-18 %).
+  static constexpr int kWalkersPerSm = kWalkers;
   static constexpr int kProducerRegs = 24;
   // What is left of the CTA's share of the register file, in setmaxnreg's multiples of 8.
   static constexpr int kConsumerRegs =
-      (65536 / kCtasPerSm - 128 * kProducerRegs) / kConsumerThreads / 8 * 8;
+      (65536 / kWalkersPerSm - 128 * kProducerRegs) / kConsumerThreads / 8 * 8;
   // What the sm80 softmax helpers (sm80/fwd_softmax.cuh) read: each consumer warp owns one m16
   // row block, warp w of the consumer warps rows 16w..16w+15.
   static constexpr int kMmaM = 1;
@@ -159,10 +166,12 @@ struct FwdTraits {
   // none. So two Q buffers with 1 or 2 consumers where they fit (d 64: 80 KB a CTA with one
   // consumer, 96 KB with two; d 128 with 128-key blocks: 192 KB), one otherwise (d 64 with 3
   // consumers, 88 KB; d 128 with 176-key blocks, where 240 KB would not fit; d 256, 288 KB). An
-  // SM's 228 KB hold its CTAs' shared memory plus 1 KB each that the system reserves.
+  // SM's 228 KB hold its CTAs' shared memory plus 1 KB each that the system reserves. Three
+  // one-consumer walkers per SM have one Q buffer each (3 x 81 KB would not fit) and walk
+  // persistently all the same: while one waits for its next Q, the other two keep the SM busy.
   static constexpr int kQBuffers =
-      kConsumers <= 2 && kCtasPerSm * (smem_bytes(2) + 1024) <= 228 * 1024 ? 2 : 1;
-  static constexpr bool kPersistentFits = kQBuffers == 2;
+      kConsumers <= 2 && kWalkersPerSm * (smem_bytes(2) + 1024) <= 228 * 1024 ? 2 : 1;
+  static constexpr bool kPersistentFits = kQBuffers == 2 || kWalkersPerSm == 3;
   static constexpr int kKOffset = kQBuffers * kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKvBytes;
   static constexpr int kBarrierOffset = kVOffset + kStages * kKvBytes;
@@ -177,32 +186,37 @@ struct FwdTraits {
   static_assert(kConsumerRegs <= 240, "setmaxnreg: at most 256, and the kernel needs no more");
   static_assert(kStages == kFwdStages, "FwdBarriers holds the stages");
   static_assert(kQBuffers <= kFwdMaxQBuffers, "FwdBarriers holds the Q buffers");
-  static_assert(kSmemBytes <= 227 * 1024 && kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024,
+  static_assert(kWalkersPerSm == 1 || (kConsumers == 1 && kWalkersPerSm <= 3),
+                "one-consumer walkers, two or three to an SM");
+  static_assert(kSmemBytes <= 227 * 1024 && kWalkersPerSm * (kSmemBytes + 1024) <= 228 * 1024,
                 "shared memory per CTA and per SM on sm90");
 };
 
 // A CTA of kStreams walkers of FwdTraits T's tiles (fwd_kernel.cuh): each stream is a producer
 // thread, T::kConsumers consumer warpgroups and their own region of shared memory (Q buffers,
-// stages, barriers), walking its own tiles. Two streams of one consumer each (the d = 64 short
-// shape, persistent) take the place of two one-consumer CTAs on an SM: one producer warpgroup
-// instead of two, 0-4.5 % faster at d = 64 below 2k keys (docs/kernels/sm90_fwd.md, v31).
+// stages, barriers), walking its own tiles. Three streams of one consumer each (the d = 64 short
+// shape, persistent) put three consumer warps on each warp scheduler, where one-consumer CTAs
+// would hold two (docs/kernels/sm90_fwd.md: two streams in a CTA +0-4.5 % over two CTAs, v31;
+// three streams +1.8-7 % over two, v37).
 template <class T, int kStreams>
 struct FwdCta {
   static constexpr int kThreads = 128 + kStreams * T::kConsumerThreads;
-  static constexpr int kPerSm = T::kCtasPerSm / kStreams;
+  static constexpr int kPerSm = T::kWalkersPerSm / kStreams;
   static constexpr int kStreamBytes =
       (T::kBarrierOffset + int(sizeof(FwdBarriers)) + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes = kStreams == 1 ? T::kSmemBytes : kStreams * kStreamBytes + 1024;
-  // setmaxnreg moves registers within what the CTA got at launch, 65536 / 384 -> 168 a thread
-  // with two streams: 128 x (168 - 40) = 256 x (232 - 168). With 24 and 240 the producer, now
-  // two walks' state, spilled 56 bytes; the consumers keep the 232 of one-consumer CTAs.
+  // setmaxnreg moves registers within what the CTA got at launch, 65536 / 512 -> 128 a thread
+  // with three streams: 128 x (128 - 32) = 384 x (160 - 128). At 32 a producer thread spills a
+  // few values per tile, none in its block loop; at 160 the consumers spill 104 bytes a thread
+  // (10 local loads and 8 stores on the block step's paths), which the third warp per scheduler
+  // more than pays for (v37).
   static constexpr int kLaunchRegs = 65536 / (kThreads * kPerSm) / 8 * 8;
-  static constexpr int kProducerRegs = kStreams == 1 ? T::kProducerRegs : 40;
+  static constexpr int kProducerRegs = kStreams == 1 ? T::kProducerRegs : 32;
   static constexpr int kConsumerRegs =
       kStreams == 1 ? T::kConsumerRegs
                     : (kThreads * kLaunchRegs - 128 * kProducerRegs) / (kThreads - 128) / 8 * 8;
-  static_assert(kStreams == 1 || (kStreams == 2 && T::kConsumers == 1 && T::kCtasPerSm == 2),
-                "two streams of one consumer each, in place of two CTAs");
+  static_assert(kStreams == 1 || (kStreams == 3 && T::kConsumers == 1 && T::kWalkersPerSm == 3),
+                "three streams of one consumer each, one walker each");
   static_assert(kSmemBytes <= 227 * 1024 && kPerSm * (kSmemBytes + 1024) <= 228 * 1024,
                 "shared memory per CTA and per SM on sm90");
   static_assert(kConsumerRegs <= 240, "setmaxnreg: at most 256, and the kernel needs no more");
