@@ -9,9 +9,9 @@
 //  - Otherwise persistent: FwdTraits::kWalkersPerSm walkers per SM, walker b taking units b,
 //    b + walkers, b + 2 walkers, ... The producer then loads the next tile's first K (and,
 //    with two Q buffers, its Q) while the consumers still finish this one (fwd_sync.hpp), which
-//    saves per tile a CTA launch, the barrier set-up and the load latency. The static round robin needs
-//    units of equal work: without a mask a unit is one tile (all visit every KV block); under a
-//    mask it is the pair of query tiles m and q_tiles - 1 - m of one (sequence, head), whose
+//    saves per tile a CTA launch, the barrier set-up and the load latency. The static round robin
+//    needs units of equal work: without a mask a unit is one tile (all visit every KV block); under
+//    a mask it is the pair of query tiles m and q_tiles - 1 - m of one (sequence, head), whose
 //    block counts sum to the same number under a causal mask (tiles one by one over a static
 //    round robin left SMs idle at the end of the grid: docs/kernels/sm90_fwd.md, v4, -5 to
 //    -29 %).
