@@ -122,15 +122,15 @@ TEST(Fa3Forward, D256HeldMaxAgainstScoresThatJumpOnTheLastBlock) {
 }
 
 // d = 64 runs 192-row tiles (3 consumer warpgroups) without a mask, and under a causal or window
-// mask from 8192 query rows on (64-row tiles below, which the grid covers): masked tiles of 192
+// mask from 4096 query rows on (64-row tiles below, which the grid covers): masked tiles of 192
 // rows that are not a multiple of 128 blocks, a last tile of 4 rows, and a varlen batch whose
 // tiles cross sequence ends.
 TEST(Fa3Forward, D64MaskedLongQueriesTakeThe192RowTiles) {
   FLASHKIT_REQUIRE_SM90();
   CaseSpec s;
   s.dtype = DType::bf16;
-  s.seqlens_q = {8260};  // 43 x 192 + 4
-  s.seqlens_k = {8260};
+  s.seqlens_q = {4228};  // 22 x 192 + 4 rows, 33 x 128 + 4 keys
+  s.seqlens_k = {4228};
   s.heads_q = 2;
   s.heads_kv = 1;
   s.head_dim = 64;
@@ -145,8 +145,8 @@ TEST(Fa3Forward, D64MaskedLongQueriesTakeThe192RowTiles) {
   s.dtype = DType::f16;
   s.heads_q = 1;
   s.varlen = true;
-  s.seqlens_q = {333, 8193, 0, 191};
-  s.seqlens_k = {333, 8193, 0, 191};
+  s.seqlens_q = {333, 4097, 0, 191};
+  s.seqlens_k = {333, 4097, 0, 191};
   expect_gpu_forward_matches(s, Algo::fa3);
 }
 
