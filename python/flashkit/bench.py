@@ -27,6 +27,7 @@ from .bench_host import host_summary, run_host_suite
 
 SUITES = ("prefill_fwd", "prefill_bwd", "decode", "host")
 PEERS = ("cudnn", "fa2", "efficient")
+PREFILL_IMPLS = ("flashkit", "flashkit-fa2", *PEERS)  # flashkit-fa2: prefill_fwd only
 TOKENS, HIDDEN = 16384, 2048  # prefill grid: batch * seqlen and heads * head_dim
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (64, 128, 256)
@@ -53,12 +54,57 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="prefill suites: the timed runs split into rounds, the impls taking turns",
     )
     p.add_argument("--read-gib", type=float, default=8.0, help="buffer of the read ceiling")
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="D,N,CAUSAL",
+        help="prefill suites: just these configs of the grid (repeatable), e.g. 64,1024,1",
+    )
+    p.add_argument(
+        "--impls",
+        default=",".join(PREFILL_IMPLS),
+        help="prefill suites: the impls to run, comma-separated; at least one peer judges",
+    )
     args = p.parse_args(argv)
     if args.iters < 20:
         p.error("--iters: the protocol takes the median of at least 20 runs")
     if not 1 <= args.rounds <= args.iters:
         p.error(f"--rounds: between 1 and --iters ({args.iters}), got {args.rounds}")
+    try:
+        args.only = [grid_config(text) for text in args.only or []]
+        args.impls = impl_names(args.impls)
+    except ValueError as e:
+        p.error(str(e))
+    prefill = args.suite in ("prefill_fwd", "prefill_bwd")
+    if (args.only or args.impls != PREFILL_IMPLS) and not prefill:
+        p.error(f"--only / --impls: prefill suites only, got --suite {args.suite}")
     return args
+
+
+def grid_config(text: str) -> dict:
+    """The grid's config named by "D,N,CAUSAL" (causal 0 or 1)."""
+    try:
+        d, n, causal = (int(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"--only: expected D,N,CAUSAL (three integers), got {text!r}") from None
+    for cfg in prefill_configs(quick=False):
+        if (cfg["d"], cfg["n"], int(cfg["causal"])) == (d, n, causal):
+            return cfg
+    raise ValueError(
+        f"--only: expected a config of the grid (D in {HEAD_DIMS}, N in {SEQLENS}, CAUSAL 0 or "
+        f"1), got {text!r}"
+    )
+
+
+def impl_names(text: str) -> tuple:
+    """The impls of a comma-separated list, in PREFILL_IMPLS' order."""
+    names = [x for x in text.split(",") if x]
+    unknown = [x for x in names if x not in PREFILL_IMPLS]
+    if unknown:
+        raise ValueError(f"--impls: expected names from {PREFILL_IMPLS}, got {unknown}")
+    if not any(x in PEERS for x in names):
+        raise ValueError(f"--impls: expected at least one peer of {PEERS} to judge, got {names}")
+    return tuple(x for x in PREFILL_IMPLS if x in names)
 
 
 def prefill_configs(quick: bool):
@@ -197,17 +243,20 @@ def input_sets(torch, shapes, requires_grad=False):
     ]
 
 
-def run_config(torch, timer, suite, cfg, rows):
-    """Checks then times every impl on one config; appends rows (errors as rows too)."""
+def run_config(torch, timer, suite, cfg, rows, names=PREFILL_IMPLS):
+    """Checks then times the impls `names` (at least one peer) on one config; appends rows
+    (errors as rows too)."""
     causal = cfg.get("causal", False)
     shape = (cfg["batch"], cfg["n"], cfg["heads"], cfg["d"])
     shapes = [shape] * 3
     backward = suite == "prefill_bwd"
     sets = input_sets(torch, shapes, requires_grad=backward)
-    impls = {"flashkit": flashkit_runner}
-    if suite == "prefill_fwd":
-        impls["flashkit-fa2"] = flashkit_fa2_runner
-    impls.update({name: sdpa_runner(torch, name) for name in PEERS})
+    runners = {"flashkit": flashkit_runner, "flashkit-fa2": flashkit_fa2_runner}
+    impls = {
+        name: runners[name] if name in runners else sdpa_runner(torch, name)
+        for name in names
+        if name != "flashkit-fa2" or suite == "prefill_fwd"
+    }
 
     def results(fn, q, k, v):
         out = fn(q, k, v, causal)
@@ -218,7 +267,8 @@ def run_config(torch, timer, suite, cfg, rows):
 
     # Correctness first, on the same inputs for everyone; the first peer that runs is the judge.
     reference, outcomes, timed = None, {}, []
-    for name in (*PEERS, *(n for n in impls if n.startswith("flashkit"))):
+    peers = [n for n in PEERS if n in impls]
+    for name in (*peers, *(n for n in impls if n.startswith("flashkit"))):
         try:
             torch.manual_seed(1)  # the same dout for every impl
             outcomes[name] = results(impls[name], *sets[0])
@@ -237,7 +287,7 @@ def run_config(torch, timer, suite, cfg, rows):
             row["max_rel_err"] = max(err for _, err in checks)
             if not all(ok for ok, _ in checks):
                 row["error"] = "mismatch against " + next(
-                    n for n in PEERS if outcomes[n] is reference
+                    n for n in peers if outcomes[n] is reference
                 )
                 rows.append(row)
                 continue
@@ -671,6 +721,7 @@ def main(argv=None) -> int:
             "warmup": args.warmup,
             "warmup_s": timer.warmup_s,
             "rounds": args.rounds,
+            "impls": list(args.impls),
             "statistic": "median",
         },
         "ceilings": measure_ceilings(torch, timer, args.read_gib),
@@ -681,8 +732,8 @@ def main(argv=None) -> int:
     elif args.suite == "host":
         run_host_suite(torch, flashkit, result)
     else:
-        for cfg in prefill_configs(args.quick):
-            run_config(torch, timer, args.suite, cfg, result["rows"])
+        for cfg in args.only or prefill_configs(args.quick):
+            run_config(torch, timer, args.suite, cfg, result["rows"], args.impls)
             torch.cuda.empty_cache()
         result["ratios"] = ratios(args.suite, result["rows"])
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

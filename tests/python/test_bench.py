@@ -108,3 +108,29 @@ def test_rounds_split_the_timed_calls_and_take_turns():
     with pytest.raises(SystemExit):
         bench.parse_args(["--suite", "prefill_fwd", "--out", "x.json", "--rounds", "0"])
     assert bench.parse_args(["--suite", "prefill_fwd", "--out", "x.json"]).rounds == 5
+
+
+def test_only_and_impls_select_configs_and_impls_of_the_grid(capsys):
+    args = bench.parse_args(
+        ["--suite", "prefill_fwd", "--out", "x.json", "--only", "64,1024,1", "--only", "128,512,0"]
+    )
+    assert [(c["d"], c["n"], c["causal"], c["batch"]) for c in args.only] == [
+        (64, 1024, True, 16),
+        (128, 512, False, 32),
+    ]
+    assert args.impls == bench.PREFILL_IMPLS
+    args = bench.parse_args(["--suite", "prefill_bwd", "--out", "x", "--impls", "cudnn,flashkit"])
+    assert args.impls == ("flashkit", "cudnn") and args.only == []
+    for bad, what in [
+        (["--only", "64,1000,1"], "--only: expected a config of the grid"),
+        (["--only", "64,1024"], "--only: expected D,N,CAUSAL"),
+        (["--only", "64,1024,2"], "--only: expected a config of the grid"),
+        (["--impls", "flashkit"], "--impls: expected at least one peer"),
+        (["--impls", "flashkit,cudnnn"], "--impls: expected names from"),
+    ]:
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--suite", "prefill_fwd", "--out", "x.json", *bad])
+        assert what in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--suite", "decode", "--out", "x.json", "--only", "64,1024,1"])
+    assert "prefill suites only" in capsys.readouterr().err
