@@ -23,6 +23,7 @@ import statistics
 import sys
 import time
 
+from ._nvml import gpu_state_reader
 from .bench_host import host_summary, run_host_suite
 
 SUITES = ("prefill_fwd", "prefill_bwd", "decode", "host")
@@ -143,11 +144,23 @@ class Timer:
     The warm-up is `warmup` calls and at least `warmup_s` seconds of them: after host-side work
     (a reference, data set-up) the GPU idles and its clocks drop, and a few calls of 0.1 ms do
     not bring them back (the decode suite's first e4m3 row read batch 64 at 155 us where the same
-    call alone read 134 us, H200)."""
+    call alone read 134 us, H200).
 
-    def __init__(self, torch, iters: int, warmup: int, warmup_s: float = 0.05, rounds: int = 1):
+    With a `state_reader` (flashkit._nvml) each `samples` call also reads the GPU's SM clock and
+    power once, after its timed calls are queued and before they finish (`last_state`): which
+    clock each impl ran at, per round."""
+
+    def __init__(
+        self,
+        torch,
+        iters: int,
+        warmup: int,
+        warmup_s: float = 0.05,
+        rounds: int = 1,
+        state_reader=None,
+    ):
         self.torch, self.iters, self.warmup, self.warmup_s = torch, iters, warmup, warmup_s
-        self.rounds = rounds
+        self.rounds, self.state_reader, self.last_state = rounds, state_reader, None
 
     def __call__(self, fn, inputs) -> float:
         return statistics.median(self.samples(fn, inputs, self.iters))
@@ -168,6 +181,7 @@ class Timer:
             start.record()
             fn(*inputs[i % len(inputs)])
             end.record()
+        self.last_state = self.state_reader() if self.state_reader else None
         torch.cuda.synchronize()
         return [s.elapsed_time(e) for s, e in events]
 
@@ -293,8 +307,9 @@ def run_config(torch, timer, suite, cfg, rows, names=PREFILL_IMPLS):
                 continue
         rows.append(row)
         timed.append(row)
-    for row, ms in zip(timed, time_in_rounds(torch, timer, impls, timed, sets, causal, backward)):
-        row["ms"] = ms
+    timings = time_in_rounds(torch, timer, impls, timed, sets, causal, backward)
+    for row, timing in zip(timed, timings):
+        row.update(timing)
         add_rate(suite, cfg, row)
 
 
@@ -306,15 +321,26 @@ def round_orders(count: int, rounds: int) -> list:
 
 
 def time_in_rounds(torch, timer, impls, timed, sets, causal, backward) -> list:
-    """Median ms of each timed row's impl: --iters timed calls split over --rounds rounds, the
-    impls taking turns in round_orders."""
+    """Per timed row, {"ms": the median of its impl's --iters timed calls, split over --rounds
+    rounds in which the impls take turns (round_orders)}, with the medians of the GPU state read
+    once a round where the timer reads it (sm_clock_mhz, power_w)."""
     calls = [timing_call(torch, impls[row["impl"]], sets, causal, backward) for row in timed]
     per_round = math.ceil(timer.iters / timer.rounds)
     samples = [[] for _ in timed]
+    states = [[] for _ in timed]
     for order in round_orders(len(timed), timer.rounds):
         for i in order:
             samples[i] += timer.samples(*calls[i], per_round)
-    return [statistics.median(s) for s in samples]
+            if timer.last_state:
+                states[i].append(timer.last_state)
+    return [
+        {"ms": statistics.median(s), **median_state(state)} for s, state in zip(samples, states)
+    ]
+
+
+def median_state(states: list) -> dict:
+    """Each field's median over the readings ({} without any)."""
+    return {key: statistics.median(s[key] for s in states) for key in (states[0] if states else {})}
 
 
 def timing_call(torch, fn, sets, causal, backward):
@@ -704,7 +730,9 @@ def main(argv=None) -> int:
         sys.exit("flashkit.bench: needs a CUDA device")
     import flashkit
 
-    timer = Timer(torch, args.iters, args.warmup, rounds=args.rounds)
+    timer = Timer(
+        torch, args.iters, args.warmup, rounds=args.rounds, state_reader=gpu_state_reader(torch)
+    )
     result = {
         "suite": args.suite,
         "commit": os.environ.get("FLASHKIT_COMMIT", "unknown"),

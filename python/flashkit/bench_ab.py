@@ -6,8 +6,9 @@ with one build's Python module, as a table of each impl's median time per build.
 Each LABEL=FILE is one run (`python -m flashkit.bench --only ...`); a label's runs are its rounds.
 scripts/ab-suite makes them on the GPU machine, the builds' processes alternating. Per config
 and impl: the median over a build's runs, and the change in speed against the first label's
-build (+ is faster). The peers run in every process too: their changes are the machine's drift
-between the builds' processes, the control for flashkit's.
+build (+ is faster), and the GPU's SM clock where the runs read it. The peers run in every
+process too: their changes are the machine's drift between the builds' processes, the control
+for flashkit's.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def compare(runs: list) -> dict:
     if len(suites) != 1:
         raise ValueError(f"runs: expected one suite across the runs, got {suites}")
     times = {}  # (config key, impl) -> build -> [ms]
+    clocks = {}  # (config key, impl) -> build -> [MHz], where the runs read the GPU's clock
     configs = {}
     for label, result in runs:
         for row in result["rows"]:
@@ -42,12 +44,17 @@ def compare(runs: list) -> dict:
             key = (_config_key(row["config"]), row["impl"])
             configs[key[0]] = row["config"]
             times.setdefault(key, {}).setdefault(label, []).append(row["ms"])
+            if "sm_clock_mhz" in row:
+                clocks.setdefault(key, {}).setdefault(label, []).append(row["sm_clock_mhz"])
     rows = []
     for (config, impl), per_build in sorted(times.items()):
         row = {"config": configs[config], "impl": impl, "ms": {}, "ms_runs": per_build}
         for label in builds:
             if label in per_build:
                 row["ms"][label] = statistics.median(per_build[label])
+        clock = clocks.get((config, impl), {})
+        if clock:
+            row["sm_clock_mhz"] = {label: statistics.median(v) for label, v in clock.items()}
         base = row["ms"].get(builds[0])
         row["speedup"] = {
             label: base / ms - 1.0 for label, ms in row["ms"].items() if base and label != builds[0]
@@ -60,6 +67,9 @@ def table(comparison: dict) -> str:
     builds = comparison["builds"]
     head = f"{'d,N,causal':<12} {'impl':<13}" + "".join(f" {b[:12]:>12}" for b in builds)
     head += "".join(f" {'vs ' + builds[0][:9]:>13}" for _ in builds[1:])
+    with_clock = any("sm_clock_mhz" in row for row in comparison["rows"])
+    if with_clock:
+        head += "".join(f" {'MHz ' + b[:8]:>12}" for b in builds)
     lines = [head, "(microseconds, median over each build's runs; + is faster)"]
     for row in comparison["rows"]:
         c = row["config"]
@@ -70,6 +80,9 @@ def table(comparison: dict) -> str:
             f" {row['speedup'][b]:>+12.1%}" if b in row["speedup"] else f" {'-':>12}"
             for b in builds[1:]
         ]
+        if with_clock:
+            clock = row.get("sm_clock_mhz", {})
+            changes += [f" {clock[b]:>12.0f}" if b in clock else f" {'-':>12}" for b in builds]
         tag = f"{c['d']},{c['n']},{int(c['causal'])}"
         lines.append(f"{tag:<12} {row['impl']:<13}" + "".join(cells) + "".join(changes))
     return "\n".join(lines)

@@ -19,6 +19,7 @@ import sys
 from .bench import add_rate, ratios
 
 MERGEABLE = ("prefill_fwd", "prefill_bwd")
+GPU_STATE = ("sm_clock_mhz", "power_w")  # per row where NVML was read (flashkit._nvml)
 
 
 def _key(row) -> str:
@@ -54,6 +55,10 @@ def merge_runs(runs: list) -> dict:
             row["ms"] = statistics.median(timed)
             row["ms_runs"] = timed
             add_rate(first["suite"], row["config"], row)
+        for field in GPU_STATE:
+            readings = [v[field] for v in versions if field in v]
+            if readings:
+                row[field] = statistics.median(readings)
         failed = [v["error"] for v in versions if "error" in v]
         if failed:
             row["error"] = failed[0]

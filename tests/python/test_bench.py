@@ -91,10 +91,14 @@ def test_rounds_split_the_timed_calls_and_take_turns():
 
     class StubTimer:
         iters, rounds = 30, 5
+        last_state = None
 
         def samples(self, fn, inputs, iters):
             value = fn(*inputs[0])
             turns.append(value)
+            # impl 2's clock drops from 1980 MHz by 10 MHz a round; impl 0 has no reading
+            clock = 1980.0 - 10 * sum(t == 2 for t in turns) if value == 2 else 1980.0
+            self.last_state = {"sm_clock_mhz": clock, "power_w": 500.0} if value else None
             return [float(value)] * iters
 
     def impl(value):
@@ -102,8 +106,12 @@ def test_rounds_split_the_timed_calls_and_take_turns():
 
     impls = {"a": impl(0), "b": impl(1), "c": impl(2)}
     timed = [{"impl": name} for name in impls]
-    ms = bench.time_in_rounds(None, StubTimer(), impls, timed, [(None,) * 3], False, False)
-    assert ms == [0.0, 1.0, 2.0]
+    timings = bench.time_in_rounds(None, StubTimer(), impls, timed, [(None,) * 3], False, False)
+    assert timings == [
+        {"ms": 0.0},
+        {"ms": 1.0, "sm_clock_mhz": 1980.0, "power_w": 500.0},
+        {"ms": 2.0, "sm_clock_mhz": 1950.0, "power_w": 500.0},
+    ]
     assert turns == [0, 1, 2, 1, 2, 0, 2, 0, 1, 0, 1, 2, 1, 2, 0]
     with pytest.raises(SystemExit):
         bench.parse_args(["--suite", "prefill_fwd", "--out", "x.json", "--rounds", "0"])
@@ -134,3 +142,40 @@ def test_only_and_impls_select_configs_and_impls_of_the_grid(capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(["--suite", "decode", "--out", "x.json", "--only", "64,1024,1"])
     assert "prefill suites only" in capsys.readouterr().err
+
+
+def test_gpu_state_reader_reads_nvml_and_gives_none_without_it(monkeypatch):
+    from flashkit import _nvml
+
+    class FakeNvml:  # libnvidia-ml's calls as ctypes makes them
+        def __init__(self, clock_status=0):
+            self.clock_status, self.indices = clock_status, []
+
+        def nvmlInit_v2(self):
+            return 0
+
+        def nvmlDeviceGetHandleByIndex_v2(self, index, handle):
+            self.indices.append(index.value)
+            return 0
+
+        def nvmlDeviceGetClockInfo(self, handle, clock, value):
+            assert clock == _nvml.NVML_CLOCK_SM
+            value._obj.value = 1905
+            return self.clock_status
+
+        def nvmlDeviceGetPowerUsage(self, handle, value):
+            value._obj.value = 664500  # milliwatts
+            return 0
+
+    fake = FakeNvml()
+    monkeypatch.setattr(_nvml.ctypes, "CDLL", lambda name: fake)
+    read = _nvml.gpu_state_reader(device=0)
+    assert read() == {"sm_clock_mhz": 1905.0, "power_w": 664.5} and fake.indices == [0]
+    monkeypatch.setattr(_nvml.ctypes, "CDLL", lambda name: FakeNvml(clock_status=3))
+    assert _nvml.gpu_state_reader()() is None  # a failed query: no reading, no made-up one
+
+    def no_driver(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(_nvml.ctypes, "CDLL", no_driver)
+    assert _nvml.gpu_state_reader() is None

@@ -37,7 +37,12 @@ def test_medians_per_build_and_speed_against_the_first():
     assert rows["cudnn"]["speedup"]["new"] == pytest.approx(0.0)
     assert rows["flashkit"]["ms_runs"]["old"] == [0.30, 0.31, 0.36]
     text = bench_ab.table(c)
-    assert "64,1024,1" in text and "+24.0%" in text
+    assert "64,1024,1" in text and "+24.0%" in text and "MHz" not in text
+    runs[1][1]["rows"][1]["sm_clock_mhz"] = 1890.0
+    runs[3][1]["rows"][1]["sm_clock_mhz"] = 1910.0
+    c = bench_ab.compare(runs)
+    assert {r["impl"]: r for r in c["rows"]}["flashkit"]["sm_clock_mhz"] == {"new": 1900.0}
+    assert "MHz new" in bench_ab.table(c) and " 1900" in bench_ab.table(c)
 
 
 def test_refuses_what_it_cannot_compare(tmp_path):

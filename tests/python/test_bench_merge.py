@@ -79,3 +79,15 @@ def test_command_line_writes_the_record(tmp_path, capsys):
     assert "geomean flashkit / cudnn: 0.880" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         bench_merge.main([str(paths[0]), "--out", str(out)])
+
+
+def test_gpu_state_of_the_runs_merges_to_its_median():
+    runs = [run(0.30, 0.20, "d1"), run(0.20, 0.26, "d2"), run(0.25, 0.22, "d3")]
+    for r, clock in zip(runs, (1965.0, 1890.0, 1905.0)):
+        r["rows"][1].update(sm_clock_mhz=clock, power_w=clock / 3)
+    del runs[2]["rows"][1]["power_w"]  # a run without the reading leaves it out
+    fk = {r["impl"]: r for r in bench_merge.merge_runs(runs)["rows"]}["flashkit"]
+    assert fk["sm_clock_mhz"] == pytest.approx(1905.0)
+    assert fk["power_w"] == pytest.approx((1965.0 + 1890.0) / 6)
+    cudnn = {r["impl"]: r for r in bench_merge.merge_runs(runs)["rows"]}["cudnn"]
+    assert "sm_clock_mhz" not in cudnn
