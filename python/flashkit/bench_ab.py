@@ -1,5 +1,5 @@
-"""Builds of flashkit compared in the suite's own harness: runs of one prefill suite, each made
-with one build's Python module, as a table of each impl's median time per build.
+"""Builds of flashkit compared in the suite's own harness: runs of one suite, each made with one
+build's Python module, as a table of each impl's median time per build.
 
     python -m flashkit.bench_ab v36=a.0.json v37=b.0.json v36=a.1.json v37=b.1.json ...
 
@@ -19,8 +19,15 @@ import statistics
 import sys
 
 
-def _config_key(config) -> tuple:
-    return (config["d"], config["n"], int(config["causal"]))
+def _config_key(config) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+def _config_tag(config) -> str:
+    """d,N,causal for the prefill grid; the config's other values for the other suites."""
+    if {"d", "n", "causal"} <= config.keys():
+        return f"{config['d']},{config['n']},{int(config['causal'])}"
+    return " ".join(f"{v}" for k, v in config.items() if k not in ("dtype", "d"))
 
 
 def compare(runs: list) -> dict:
@@ -47,7 +54,7 @@ def compare(runs: list) -> dict:
             if "sm_clock_mhz" in row:
                 clocks.setdefault(key, {}).setdefault(label, []).append(row["sm_clock_mhz"])
     rows = []
-    for (config, impl), per_build in sorted(times.items()):
+    for (config, impl), per_build in times.items():  # in the first run's order
         row = {"config": configs[config], "impl": impl, "ms": {}, "ms_runs": per_build}
         for label in builds:
             if label in per_build:
@@ -65,7 +72,7 @@ def compare(runs: list) -> dict:
 
 def table(comparison: dict) -> str:
     builds = comparison["builds"]
-    head = f"{'d,N,causal':<12} {'impl':<13}" + "".join(f" {b[:12]:>12}" for b in builds)
+    head = f"{'config':<12} {'impl':<13}" + "".join(f" {b[:12]:>12}" for b in builds)
     head += "".join(f" {'vs ' + builds[0][:9]:>13}" for _ in builds[1:])
     with_clock = any("sm_clock_mhz" in row for row in comparison["rows"])
     if with_clock:
@@ -83,8 +90,7 @@ def table(comparison: dict) -> str:
         if with_clock:
             clock = row.get("sm_clock_mhz", {})
             changes += [f" {clock[b]:>12.0f}" if b in clock else f" {'-':>12}" for b in builds]
-        tag = f"{c['d']},{c['n']},{int(c['causal'])}"
-        lines.append(f"{tag:<12} {row['impl']:<13}" + "".join(cells) + "".join(changes))
+        lines.append(f"{_config_tag(c):<12} {row['impl']:<13}" + "".join(cells) + "".join(changes))
     return "\n".join(lines)
 
 

@@ -179,3 +179,52 @@ def test_gpu_state_reader_reads_nvml_and_gives_none_without_it(monkeypatch):
 
     monkeypatch.setattr(_nvml.ctypes, "CDLL", no_driver)
     assert _nvml.gpu_state_reader() is None
+
+
+def test_run_config_checks_and_times_only_the_chosen_impls(monkeypatch):
+    """run_config's flow with the GPU parts stubbed: the chosen impls' rows, judged by the peer,
+    a mismatch kept out of the timing, the clock readings on the rows."""
+
+    class StubTorch:
+        @staticmethod
+        def manual_seed(seed):
+            pass
+
+    class StubTimer:
+        iters, rounds, last_state = 20, 2, None
+
+        def samples(self, fn, inputs, iters):
+            out = fn(*inputs[0])
+            self.last_state = {"sm_clock_mhz": 1900.0 + out, "power_w": 600.0}
+            return [float(out)] * iters
+
+    def runner(value):
+        return lambda q, k, v, causal: value
+
+    made = []
+
+    def sdpa(torch, name):
+        made.append(name)
+        return runner({"cudnn": 1, "fa2": 2, "efficient": 3}[name])
+
+    monkeypatch.setattr(bench, "input_sets", lambda torch, shapes, requires_grad: [(0, 0, 0)])
+    monkeypatch.setattr(bench, "sdpa_runner", sdpa)
+    monkeypatch.setattr(bench, "flashkit_runner", runner(1))
+    monkeypatch.setattr(bench, "flashkit_fa2_runner", runner(5))
+    monkeypatch.setattr(bench, "close", lambda got, want: (got == want, abs(got - want)))
+    cfg = next(c for c in bench.prefill_configs(False) if c["d"] == 64 and c["n"] == 1024)
+    rows = []
+    bench.run_config(StubTorch, StubTimer(), "prefill_fwd", cfg, rows, ("flashkit", "cudnn"))
+    assert made == ["cudnn"]
+    assert [(r["impl"], r["ms"], r["sm_clock_mhz"]) for r in rows] == [
+        ("cudnn", 1.0, 1901.0),
+        ("flashkit", 1.0, 1901.0),
+    ]
+    assert rows[1]["max_rel_err"] == 0 and rows[1]["tflops"] > 0
+    rows = []
+    bench.run_config(StubTorch, StubTimer(), "prefill_fwd", cfg, rows, ("flashkit-fa2", "fa2"))
+    assert [r["impl"] for r in rows] == ["fa2", "flashkit-fa2"]
+    assert rows[1]["error"] == "mismatch against fa2" and "ms" not in rows[1]
+    rows = []
+    bench.run_config(StubTorch, StubTimer(), "prefill_bwd", cfg, rows, ("flashkit-fa2", "fa2"))
+    assert [r["impl"] for r in rows] == ["fa2"]  # the sm80 forward only runs in prefill_fwd

@@ -59,3 +59,13 @@ def test_refuses_what_it_cannot_compare(tmp_path):
     out = tmp_path / "ab.json"
     assert bench_ab.main([f"a={path}", f"b={path}", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["builds"] == ["a", "b"]
+
+
+def test_decode_rows_compare_by_their_whole_config():
+    def decode(ms):
+        config = {"dtype": "bf16", "kv_dtype": "bf16", "d": 128, "batch": 1, "kv_len": 32768}
+        return {"suite": "decode", "rows": [{"impl": "flashkit", "config": config, "ms": ms}]}
+
+    c = bench_ab.compare([("a", decode(0.040)), ("b", decode(0.032))])
+    assert c["rows"][0]["speedup"]["b"] == pytest.approx(0.25)
+    assert "bf16 1 32768" in bench_ab.table(c)
