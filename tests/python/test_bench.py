@@ -3,7 +3,7 @@
 
 import pytest
 
-from flashkit import bench
+from flashkit import bench, bench_decode
 
 
 def test_arguments():
@@ -20,7 +20,7 @@ def test_grid_is_benchmarks_md():
     assert len(configs) == 3 * 6 * 2
     for c in configs:
         assert c["batch"] * c["n"] == 16384 and c["heads"] * c["d"] == 2048
-    assert len(list(bench.decode_configs(quick=False))) == 4
+    assert len(list(bench_decode.decode_configs(quick=False))) == 4
 
 
 def test_exits_clearly_without_cuda(tmp_path):
