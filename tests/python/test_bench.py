@@ -225,6 +225,17 @@ def test_run_config_checks_and_times_only_the_chosen_impls(monkeypatch):
     bench.run_config(StubTorch, StubTimer(), "prefill_fwd", cfg, rows, ("flashkit-fa2", "fa2"))
     assert [r["impl"] for r in rows] == ["fa2", "flashkit-fa2"]
     assert rows[1]["error"] == "mismatch against fa2" and "ms" not in rows[1]
+
+    def failing(q, k, v, causal):
+        raise RuntimeError("no kernel for this config")
+
+    monkeypatch.setattr(bench, "sdpa_runner", lambda torch, name: failing)
+    rows = []
+    bench.run_config(StubTorch, StubTimer(), "prefill_fwd", cfg, rows, bench.PREFILL_IMPLS)
+    errors = {r["impl"]: r.get("error", "") for r in rows}
+    assert errors["cudnn"] == "RuntimeError: no kernel for this config"
+    # no peer ran, so the sm80 kernel judged (flashkit 1 against flashkit-fa2 5)
+    assert errors["flashkit"] == "mismatch against flashkit-fa2"
     rows = []
     bench.run_config(StubTorch, StubTimer(), "prefill_bwd", cfg, rows, ("flashkit-fa2", "fa2"))
     assert [r["impl"] for r in rows] == ["fa2"]  # the sm80 forward only runs in prefill_fwd
