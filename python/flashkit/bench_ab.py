@@ -73,7 +73,7 @@ def compare(runs: list) -> dict:
 def table(comparison: dict) -> str:
     builds = comparison["builds"]
     head = f"{'config':<12} {'impl':<13}" + "".join(f" {b[:12]:>12}" for b in builds)
-    head += "".join(f" {'vs ' + builds[0][:9]:>13}" for _ in builds[1:])
+    head += "".join(f" {'vs ' + builds[0][:9]:>12}" for _ in builds[1:])
     with_clock = any("sm_clock_mhz" in row for row in comparison["rows"])
     if with_clock:
         head += "".join(f" {'MHz ' + b[:8]:>12}" for b in builds)
