@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <ctime>
 #include <functional>
@@ -17,6 +18,8 @@
 #include <vector>
 
 namespace flashkit::bench {
+
+inline constexpr std::chrono::milliseconds kWarmupTime{50};
 
 inline void check(cudaError_t s, const char* what) {
   if (s != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(s));
@@ -80,11 +83,19 @@ static __global__ void read_all(const uint4* p, std::int64_t n, unsigned* sink) 
 }
 
 // Median milliseconds of `reps` runs (run(i) gets the run's index, e.g. to rotate input sets)
-// after `warmup` runs, one event pair per run.
+// after a warm-up, one event pair per run. The warm-up is `warmup` runs and at least 50 ms of
+// them, each run waited for, as the Python suite warms each impl up before its turn
+// (python/flashkit/bench.py, Timer): after a few runs only, the timed runs were a ~10 ms burst
+// from a GPU that had idled through the host's work, where the suite times kernels under
+// sustained load, and the two read one kernel pair up to 8 % apart (docs/kernels/sm90_fwd.md,
+// v37).
 inline double median_ms(const std::function<void(int)>& run, int warmup, int reps,
                         cudaStream_t stream = nullptr) {
-  for (int i = 0; i < warmup; ++i) run(i);
-  check(cudaStreamSynchronize(stream), "warm-up");
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < warmup || std::chrono::steady_clock::now() - start < kWarmupTime; ++i) {
+    run(i);
+    check(cudaStreamSynchronize(stream), "warm-up");
+  }
   std::vector<cudaEvent_t> ev(2 * std::size_t(reps));
   for (auto& e : ev) check(cudaEventCreate(&e), "cudaEventCreate");
   for (int i = 0; i < reps; ++i) {
