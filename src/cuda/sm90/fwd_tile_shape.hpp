@@ -148,10 +148,13 @@ struct FwdTraits {
   static constexpr bool kMaskTestAhead = kConsumers == 1;
   // The mask's per-row forms (sm80/fwd_softmax.cuh, apply_mask: one compare an element on causal
   // rows, against five). Measured with the walk's fast divisions (v36): d = 128 causal 512 / 1k /
-  // 2k +1.2 / +0.8 / +1.3 %, d = 64 three consumers causal 4k +3.3 %; but the one-consumer d = 64
-  // kernel, masked blocks included, ran 2-5 % slower with them (causal 1k -1.7 %, N 512 -4.7 %,
-  // its code rescheduled around them): it keeps the other form (docs/kernels/sm90_fwd.md, v35).
-  static constexpr bool kMaskRowForms = kConsumers != 1;
+  // 2k +1.2 / +0.8 / +1.3 %, d = 64 three consumers causal 4k +3.3 %. The two-walker d = 64
+  // kernel ran 2-5 % slower with them (v35; its code rescheduled around them), but the three
+  // streams' consumers, at 160 registers, spill less with them (104 -> 20 bytes a thread) and
+  // ran 4-8 % faster, unmasked rows included (N 512 / 1k +4.4 / +8.3 %, causal 512 / 1k / 2k
+  // +7.0 / +7.1 / +6.4 %: docs/kernels/sm90_fwd.md, v38). Two-walker one-consumer tiles (cache
+  // pages, and calls the persistent walk does not take) keep the per-element form.
+  static constexpr bool kMaskRowForms = kConsumers != 1 || kWalkersPerSm == 3;
 
   static constexpr int kSlabBytesPerRow = 128;  // 64 f16/bf16 elements: the swizzle span
   static constexpr int kSlabs = kD / 64;
@@ -208,9 +211,9 @@ struct FwdCta {
   static constexpr int kSmemBytes = kStreams == 1 ? T::kSmemBytes : kStreams * kStreamBytes + 1024;
   // setmaxnreg moves registers within what the CTA got at launch, 65536 / 512 -> 128 a thread
   // with three streams: 128 x (128 - 32) = 384 x (160 - 128). At 32 a producer thread spills a
-  // few values per tile, none in its block loop; at 160 the consumers spill 104 bytes a thread
-  // (10 local loads and 8 stores on the block step's paths), which the third warp per scheduler
-  // more than pays for (v37).
+  // few values per tile, none in its block loop; at 160 the consumers spill 20 bytes a thread
+  // (104 with the mask's per-element form, v37 -> v38), which the third warp per scheduler more
+  // than pays for.
   static constexpr int kLaunchRegs = 65536 / (kThreads * kPerSm) / 8 * 8;
   static constexpr int kProducerRegs = kStreams == 1 ? T::kProducerRegs : 32;
   static constexpr int kConsumerRegs =
