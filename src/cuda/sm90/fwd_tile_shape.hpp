@@ -17,15 +17,16 @@
 //          - without a mask below 2048 keys, where the CTA's persistent walk (which 3 consumers
 //            have no registers for: fwd_tile_scheduler.cuh) pays more, and where 192-row tiles
 //            would pad the query rows by more than an eighth over 64-row ones;
-//          - under a causal or window mask below 4096 query rows: 192-row tiles cross the
+//          - under a causal or window mask below 8192 query rows: 192-row tiles cross the
 //            diagonal over more masked blocks (causal N = 1k: -12 % against 128 x 128).
 //          The walkers of an SM are not ordered against each other (no pingpong turn between
 //          them); each reads K and V per 64 query rows. H200: two such walkers against 128 x 128
 //          tiles of two consumers: N = 512 +5.8 %, causal 512 / 1k / 2k +2.3 / +3.6 / +4.0 %
 //          (v23); three against two (C++ bench / Python suite): N = 512 +6.6 / +7.0 %, 1k
 //          +5.4 / +0.1 %, causal 512 / 1k +6.4 / +6.9 %, +4.7 / +3.3 %, causal 2k +1.9 / -2.0 %;
-//          three against 192 x 128 at causal 4k: +1.8 / -6.7 %, so the masked bound stays
-//          at 4096 rows (docs/kernels/sm90_fwd.md, v37).
+//          three against 192 x 128 at causal 4k: +1.8 / -6.7 % (v37); with the mask's row
+//          forms on three streams (v38: +4-8 %), +3.3 % in the suite, so the masked bound is
+//          8192 rows (docs/kernels/sm90_fwd.md, v37 and v38).
 //   d 128: 128 x 176 from 8192 keys on (S 88 + O 64 + P 44); 32 KB + 176 KB = 208 KB: 27 %
 //          fewer blocks, so less per-block work (barrier waits, row maxima, O rescale): H200
 //          +3-9 % at 8k-16k keys, causal +1-5 %. Below, 128 x 128 (S 64 + O 64; 160 KB): with
@@ -65,7 +66,7 @@ constexpr bool fwd_192_rows_pad_little(int seqlen_q) {
 constexpr FwdShape fwd_shape(int head_dim, bool masked, int seqlen_q, int seqlen_k) {
   if (head_dim <= 64) {
     const bool three =
-        masked ? seqlen_q >= 4096 : seqlen_k >= 2048 && fwd_192_rows_pad_little(seqlen_q);
+        masked ? seqlen_q >= 8192 : seqlen_k >= 2048 && fwd_192_rows_pad_little(seqlen_q);
     return {three ? 3 : 1, 128};
   }
   if (head_dim <= 128) return {2, seqlen_k >= 8192 ? 176 : 128};
