@@ -152,8 +152,8 @@ struct FwdTraits {
   // 2k +1.2 / +0.8 / +1.3 %, d = 64 three consumers causal 4k +3.3 %. The two-walker d = 64
   // kernel ran 2-5 % slower with them (v35; its code rescheduled around them), but the three
   // streams' consumers, at 160 registers, spill less with them (104 -> 20 bytes a thread) and
-  // ran 4-8 % faster, unmasked rows included (N 512 / 1k +4.4 / +8.3 %, causal 512 / 1k / 2k
-  // +7.0 / +7.1 / +6.4 %: docs/kernels/sm90_fwd.md, v38). Two-walker one-consumer tiles (cache
+  // ran 4-8 % faster, unmasked rows included (N 512 / 1k +3.8 / +7.9 %, causal 512 / 1k / 2k
+  // +6.8 / +6.9 / +6.3 %: docs/kernels/sm90_fwd.md, v38). Two-walker one-consumer tiles (cache
   // pages, and calls the persistent walk does not take) keep the per-element form.
   static constexpr bool kMaskRowForms = kConsumers != 1 || kWalkersPerSm == 3;
 
