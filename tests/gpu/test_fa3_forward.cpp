@@ -121,16 +121,13 @@ TEST(Fa3Forward, D256HeldMaxAgainstScoresThatJumpOnTheLastBlock) {
       }
 }
 
-// d = 64 runs 192-row tiles (3 consumer warpgroups) without a mask, and under a causal or window
-// mask from 8192 query rows on (64-row tiles below, which the grid covers): masked tiles of 192
-// rows that are not a multiple of 128 blocks, a last tile of 4 rows, and a varlen batch whose
-// tiles cross sequence ends.
-TEST(Fa3Forward, D64MaskedLongQueriesTakeThe192RowTiles) {
-  FLASHKIT_REQUIRE_SM90();
+// A masked d = 64 call of `rows` query and key rows (one sequence, causal, then a window), and
+// a varlen batch whose second sequence has `varlen_rows`: the tile walk of whichever shape
+// fwd_shape gives those lengths.
+void expect_d64_masked_calls_match(std::int64_t rows, std::int64_t varlen_rows) {
   CaseSpec s;
   s.dtype = DType::bf16;
-  s.seqlens_q = {8260};  // 43 x 192 + 4 rows, 64 x 128 + 68 keys
-  s.seqlens_k = {8260};
+  s.seqlens_q = s.seqlens_k = {rows};
   s.heads_q = 2;
   s.heads_kv = 1;
   s.head_dim = 64;
@@ -145,9 +142,17 @@ TEST(Fa3Forward, D64MaskedLongQueriesTakeThe192RowTiles) {
   s.dtype = DType::f16;
   s.heads_q = 1;
   s.varlen = true;
-  s.seqlens_q = {333, 8193, 0, 191};
-  s.seqlens_k = {333, 8193, 0, 191};
+  s.seqlens_q = s.seqlens_k = {333, varlen_rows, 0, 191};
   expect_gpu_forward_matches(s, Algo::fa3);
+}
+
+// d = 64 runs 192-row tiles (3 consumer warpgroups) without a mask, and under a causal or window
+// mask from 8192 query rows on (64-row tiles below, which the grid covers): masked tiles of 192
+// rows that are not a multiple of 128 blocks, a last tile of 4 rows, and a varlen batch whose
+// tiles cross sequence ends.
+TEST(Fa3Forward, D64MaskedLongQueriesTakeThe192RowTiles) {
+  FLASHKIT_REQUIRE_SM90();
+  expect_d64_masked_calls_match(8260, 8193);  // 43 x 192 + 4 rows, 64 x 128 + 68 keys
 }
 
 // Below 8192 query rows a masked d = 64 call walks 64-row tiles, three streams to a CTA: long
@@ -155,27 +160,7 @@ TEST(Fa3Forward, D64MaskedLongQueriesTakeThe192RowTiles) {
 // last 128-key block, and a varlen batch whose tiles cross sequence ends.
 TEST(Fa3Forward, D64MaskedMidQueriesWalkThreeStreams) {
   FLASHKIT_REQUIRE_SM90();
-  CaseSpec s;
-  s.dtype = DType::bf16;
-  s.seqlens_q = {4228};  // 66 x 64 + 4 rows, 33 x 128 + 4 keys
-  s.seqlens_k = {4228};
-  s.heads_q = 2;
-  s.heads_kv = 1;
-  s.head_dim = 64;
-  s.causal = true;
-  expect_gpu_forward_matches(s, Algo::fa3);
-  s.causal = false;
-  s.window_left = 700;
-  s.window_right = 90;
-  expect_gpu_forward_matches(s, Algo::fa3);
-  s.window_left = s.window_right = -1;
-  s.causal = true;
-  s.dtype = DType::f16;
-  s.heads_q = 1;
-  s.varlen = true;
-  s.seqlens_q = {333, 4097, 0, 191};
-  s.seqlens_k = {333, 4097, 0, 191};
-  expect_gpu_forward_matches(s, Algo::fa3);
+  expect_d64_masked_calls_match(4228, 4097);  // 66 x 64 + 4 rows, 33 x 128 + 4 keys
 }
 
 // d = 128 runs 176-key blocks from 8192 keys on (128 below, which the grid covers): a last block
