@@ -156,8 +156,8 @@ TEST(Fa3Forward, D64MaskedLongQueriesTakeThe192RowTiles) {
 }
 
 // Below 8192 query rows a masked d = 64 call walks 64-row tiles, three streams to a CTA: long
-// persistent walks over a causal diagonal and a window whose 64-row tiles end 4 rows into the
-// last 128-key block, and a varlen batch whose tiles cross sequence ends.
+// persistent walks over a causal diagonal and a window, a last tile of 4 rows and a last block
+// of 4 keys, and a varlen batch whose tiles cross sequence ends.
 TEST(Fa3Forward, D64MaskedMidQueriesWalkThreeStreams) {
   FLASHKIT_REQUIRE_SM90();
   expect_d64_masked_calls_match(4228, 4097);  // 66 x 64 + 4 rows, 33 x 128 + 4 keys

@@ -25,8 +25,8 @@
 //          (v23); three against two (C++ bench / Python suite): N = 512 +6.6 / +7.0 %, 1k
 //          +5.4 / +0.1 %, causal 512 / 1k +6.4 / +6.9 %, +4.7 / +3.3 %, causal 2k +1.9 / -2.0 %;
 //          three against 192 x 128 at causal 4k: +1.8 / -6.7 % (v37); with the mask's row
-//          forms on three streams (v38: +4-8 %), +3.3 % in the suite, so the masked bound is
-//          8192 rows (docs/kernels/sm90_fwd.md, v37 and v38).
+//          forms on three streams (v38: +4-8 %), +3.4 % in the suite, so the masked bound is
+//          8192 rows (measured at 4096; docs/kernels/sm90_fwd.md, v37 and v38).
 //   d 128: 128 x 176 from 8192 keys on (S 88 + O 64 + P 44); 32 KB + 176 KB = 208 KB: 27 %
 //          fewer blocks, so less per-block work (barrier waits, row maxima, O rescale): H200
 //          +3-9 % at 8k-16k keys, causal +1-5 %. Below, 128 x 128 (S 64 + O 64; 160 KB): with
