@@ -14,7 +14,15 @@ Without torch the numpy functions work on the CPU backend.
 from . import _flashkit
 from ._flashkit import FlashkitError
 from .api import attention, attention_backward, merge_states
-from .flash_attn_interface import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
+from .flash_attn_interface import (
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+    flash_attn_with_kvcache,
+)
 from .kvcache import (
     KVCacheManager,
     append_kv,
@@ -56,7 +64,11 @@ __all__ = [
     "attention_backward",
     "cascade_attention",
     "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache",
     "info",
     "merge_states",

@@ -1,5 +1,7 @@
 """FlashAttention-2 compatible functions: same names, arguments and semantics, so that
 `from flash_attn import flash_attn_func` can become `from flashkit import flash_attn_func`.
+The packed forms (qkv [.., 3, heads, d], kv [.., 2, heads_kv, d]) are read in place: their
+slices are strided views the kernels take as they are.
 
 FA2 semantics kept: causal is aligned bottom-right, window_size=(left, right) counts keys on each
 side of the diagonal, alibi_slopes add -slope * |i + seqlen_k - seqlen_q - j|. What flashkit does
@@ -90,6 +92,55 @@ def flash_attn_varlen_func(
         max_seqlen_q=max_seqlen_q,
         max_seqlen_k=max_seqlen_k,
         deterministic=deterministic,
+    )
+
+
+def _unpack(packed, name, count, rank):
+    """The `count` tensors stacked along dim -3 of `packed` ([.., count, heads, d], `rank` dims),
+    as views. Torch tensors are unbound, so autograd stacks their gradients in one copy."""
+    shape = tuple(getattr(packed, "shape", ()))
+    if len(shape) != rank or shape[-3] != count:
+        layout = "[batch, seqlen, " if rank == 5 else "[total_tokens, "
+        raise ValueError(
+            f"{name}: expected shape {layout}{count}, heads, d], got "
+            f"{shape if hasattr(packed, 'shape') else type(packed).__name__}"
+        )
+    if hasattr(packed, "unbind"):
+        return packed.unbind(dim=-3)
+    return tuple(packed[..., i, :, :] for i in range(count))
+
+
+def flash_attn_qkvpacked_func(qkv, *options, **keyword_options):
+    """qkv [batch, seqlen, 3, heads, d] -> out [batch, seqlen, heads, d]. The options (dropout_p,
+    softmax_scale, causal, ...) are flash_attn_func's, in its order."""
+    q, k, v = _unpack(qkv, "qkv", 3, 5)
+    return flash_attn_func(q, k, v, *options, **keyword_options)
+
+
+def flash_attn_kvpacked_func(q, kv, *options, **keyword_options):
+    """q [batch, seqlen_q, heads, d], kv [batch, seqlen_k, 2, heads_kv, d] -> out like q. The
+    options are flash_attn_func's, in its order."""
+    k, v = _unpack(kv, "kv", 2, 5)
+    return flash_attn_func(q, k, v, *options, **keyword_options)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, *options, **keyword_options):
+    """Packed sequences: qkv [total, 3, heads, d], cu_seqlens int32 [batch + 1] -> out
+    [total, heads, d]. The options are flash_attn_varlen_func's, in its order."""
+    q, k, v = _unpack(qkv, "qkv", 3, 4)
+    return flash_attn_varlen_func(
+        q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, *options, **keyword_options
+    )
+
+
+def flash_attn_varlen_kvpacked_func(
+    q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *options, **keyword_options
+):
+    """Packed sequences: q [total_q, heads, d], kv [total_k, 2, heads_kv, d] -> out like q. The
+    options are flash_attn_varlen_func's, in its order."""
+    k, v = _unpack(kv, "kv", 2, 4)
+    return flash_attn_varlen_func(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *options, **keyword_options
     )
 
 

@@ -1,6 +1,8 @@
 """Invalid calls raise ValueError (FlashkitError from the C++ layer) or TypeError naming the
 argument, and unsupported FlashAttention options raise NotImplementedError."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -105,3 +107,28 @@ def test_dropout_is_not_implemented(qkv):
 def test_attention_probs_are_not_implemented(qkv):
     with pytest.raises(NotImplementedError, match=r"^return_attn_probs:"):
         flashkit.flash_attn_func(*qkv, return_attn_probs=True)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda x: flashkit.flash_attn_qkvpacked_func(x[:, :, :2]), "qkv: expected shape"),
+        (lambda x: flashkit.flash_attn_qkvpacked_func(x[0]), "qkv: expected shape"),
+        (lambda x: flashkit.flash_attn_kvpacked_func(x[:, :, 0], x), "kv: expected shape"),
+        (
+            lambda x: flashkit.flash_attn_varlen_qkvpacked_func(x, np.array([0, 8], np.int32), 8),
+            "qkv: expected shape [total_tokens, 3",
+        ),
+        (
+            lambda x: flashkit.flash_attn_varlen_kvpacked_func(
+                x[0, :, 0], x[0], np.array([0, 8], np.int32), np.array([0, 8], np.int32), 8, 8
+            ),
+            "kv: expected shape [total_tokens, 2",
+        ),
+        (lambda x: flashkit.flash_attn_kvpacked_func(x[:, :, 0], None), "kv: expected shape"),
+    ],
+)
+def test_packed_inputs_of_the_wrong_shape_name_the_argument(rng, call, message):
+    qkv = randn(rng, 2, 8, 3, 4, 16)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call(qkv)

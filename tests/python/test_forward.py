@@ -187,3 +187,33 @@ def test_flash_attn_varlen_func(rng):
         q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, causal=True, window=(6, 0)
     )
     assert_close(out, want, 1e-10)
+
+
+def test_flash_attn_packed_funcs_read_their_slices(rng):
+    qkv = randn(rng, 2, 21, 3, 4, 16)  # [batch, seqlen, 3, heads, d]
+    q, k, v = (qkv[:, :, i] for i in range(3))
+    out = flashkit.flash_attn_qkvpacked_func(qkv, 0.0, None, True, (5, 0))
+    want, _ = ref.attention(q, k, v, causal=True, window=(5, 0))
+    assert_close(out, want, 1e-10)
+
+    q = randn(rng, 2, 9, 6, 16)
+    kv = randn(rng, 2, 30, 2, 2, 16)  # GQA: 6 query heads over 2 KV heads
+    out = flashkit.flash_attn_kvpacked_func(q, kv, causal=True, softcap=2.0)
+    want, _ = ref.attention(q, kv[:, :, 0], kv[:, :, 1], causal=True, softcap=2.0)
+    assert_close(out, want, 1e-10)
+
+
+def test_flash_attn_varlen_packed_funcs(rng):
+    lens = [5, 0, 17, 4]
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    qkv = randn(rng, int(cu[-1]), 3, 4, 16)  # [total, 3, heads, d]
+    out = flashkit.flash_attn_varlen_qkvpacked_func(qkv, cu, max(lens), causal=True)
+    q, k, v = (qkv[:, i] for i in range(3))
+    want, _ = ref.attention(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, causal=True)
+    assert_close(out, want, 1e-10)
+
+    q, k, v, cu_q, cu_k = packed_inputs(rng, *VARLEN_LENS, 4, 2, 16)
+    kv = np.stack([k, v], axis=1)  # [total_k, 2, heads_kv, d]
+    out = flashkit.flash_attn_varlen_kvpacked_func(q, kv, cu_q, cu_k, 17, 30, window_size=(6, 2))
+    want, _ = ref.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, window=(6, 2))
+    assert_close(out, want, 1e-10)

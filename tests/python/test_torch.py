@@ -550,3 +550,50 @@ class TestErrors:
         with pytest.raises(flashkit.FlashkitError, match="cuda:0|cpu") as e:
             flashkit.flash_attn_func(q, k, v)
         assert e.value.argument in ("k.device", "q.device")
+
+
+def packed_rand(device, dtype):
+    g = torch.Generator(device="cpu").manual_seed(5)
+    return lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64).to(device, dtype)
+
+
+def assert_same_call(out, want_out, grads, want_grads, dtype):
+    """A packed call against its unpacked twin: the same kernels on the same values, so equal up
+    to the order of dQ's atomic additions (a few ulps)."""
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5}.get(dtype, 2e-2)
+    assert max_err(out, want_out) <= tol * max(1.0, want_out.abs().max().item())
+    for got, want in zip(grads, want_grads):
+        assert got.shape == want.shape
+        assert max_err(got, want) <= tol * max(1.0, want.abs().max().item())
+
+
+@pytest.mark.parametrize("device, dtype", CASES)
+def test_qkvpacked_matches_the_unpacked_call(device, dtype):
+    rand = packed_rand(device, dtype)
+    qkv = rand(2, 24, 3, 4, 32).requires_grad_()
+    out = flashkit.flash_attn_qkvpacked_func(qkv, causal=True)
+    dout = rand(*out.shape)
+    (dqkv,) = torch.autograd.grad(out, qkv, dout)
+    q, k, v = (x.clone().requires_grad_() for x in qkv.detach().unbind(2))
+    want_out = flashkit.flash_attn_func(q, k, v, causal=True)
+    want = torch.stack(torch.autograd.grad(want_out, (q, k, v), dout), 2)
+    assert_same_call(out, want_out, [dqkv], [want], dtype)
+
+
+@pytest.mark.parametrize("device, dtype", CASES)
+def test_varlen_kvpacked_matches_the_unpacked_call(device, dtype):
+    rand = packed_rand(device, dtype)
+    lens_q, lens_k = [7, 0, 19], [12, 3, 30]
+    cu_q, cu_k = (
+        torch.tensor([0, *torch.tensor(n).cumsum(0).tolist()], dtype=torch.int32).to(device)
+        for n in (lens_q, lens_k)
+    )
+    varlen = (cu_q, cu_k, max(lens_q), max(lens_k))
+    q, kv = rand(sum(lens_q), 8, 32).requires_grad_(), rand(sum(lens_k), 2, 2, 32).requires_grad_()
+    out = flashkit.flash_attn_varlen_kvpacked_func(q, kv, *varlen, window_size=(9, 3))
+    dout = rand(*out.shape)
+    dq, dkv = torch.autograd.grad(out, (q, kv), dout)
+    q2, k, v = (x.clone().requires_grad_() for x in (q.detach(), *kv.detach().unbind(1)))
+    want_out = flashkit.flash_attn_varlen_func(q2, k, v, *varlen, window_size=(9, 3))
+    want_dq, want_dk, want_dv = torch.autograd.grad(want_out, (q2, k, v), dout)
+    assert_same_call(out, want_out, [dq, dkv], [want_dq, torch.stack([want_dk, want_dv], 1)], dtype)
