@@ -12,8 +12,9 @@ cache_leftpad.
 
 from __future__ import annotations
 
+from ._arrays import expect_ndim
 from .api import attention
-from .kvcache import attention_with_kvcache
+from .kvcache import attention_with_kvcache, paged_attention
 
 
 def _unsupported(dropout_p, return_attn_probs) -> None:
@@ -73,10 +74,35 @@ def flash_attn_varlen_func(
     alibi_slopes=None,
     deterministic=False,
     return_attn_probs=False,
+    block_table=None,
 ):
     """Packed sequences: q [total_q, heads, d], k/v [total_k, heads_kv, d], cu_seqlens int32
-    [batch + 1] -> out [total_q, heads, d]."""
+    [batch + 1] -> out [total_q, heads, d].
+
+    With block_table (int32 [batch, max_blocks]), k and v are a paged cache [num_blocks,
+    page_size, heads_kv, d] and sequence b's keys are its first cu_seqlens_k[b + 1] -
+    cu_seqlens_k[b] slots along its blocks (forward only)."""
     _unsupported(dropout_p, return_attn_probs)
+    if block_table is not None:
+        for name, cache in (("k", k), ("v", v)):
+            expect_ndim(name, cache, 4, "[num_blocks, page_size, heads_kv, d] (with block_table)")
+        if cu_seqlens_k is None:
+            raise ValueError("cu_seqlens_k: expected int32 [batch + 1] with block_table, got None")
+        seq_lens = cu_seqlens_k[1:] - cu_seqlens_k[:-1]  # stays on the device, int32
+        return paged_attention(
+            q,
+            k,
+            v,
+            block_table,
+            seq_lens,
+            cu_seqlens_q=cu_seqlens_q,
+            max_seqlen_q=max_seqlen_q,
+            softmax_scale=softmax_scale,
+            causal=causal,
+            window_size=window_size,
+            softcap=softcap,
+            alibi_slopes=alibi_slopes,
+        )
     return attention(
         q,
         k,

@@ -136,6 +136,41 @@ def test_packed_queries(rng):
     np.testing.assert_allclose(lse, want_lse, atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attn_varlen_func_over_a_paged_cache(rng, causal):
+    """FlashAttention's varlen call with block_table: k, v are pages, cu_seqlens_k the lengths."""
+    seq_lens = np.array([1, 40, 17, 300], dtype=np.int32)
+    q_lens = [1, 5, 0, 33]
+    k_pages, v_pages, table = make_cache(rng, seq_lens, 16, 2, 16)
+    q = randn(rng, sum(q_lens), 4, 16, dtype=np.float32)
+    out = flashkit.flash_attn_varlen_func(
+        q,
+        k_pages,
+        v_pages,
+        cu(q_lens),
+        cu(seq_lens),
+        33,
+        300,
+        causal=causal,
+        window_size=(50, 0) if causal else (-1, -1),
+        block_table=table,
+    )
+    mask = {"causal": True, "window": (50, 0)} if causal else {}
+    want, _ = reference(q, k_pages, v_pages, table, seq_lens, q_lens, **mask)
+    np.testing.assert_allclose(out, want, atol=2e-5, rtol=2e-5)
+
+
+def test_flash_attn_varlen_func_paged_errors_name_the_argument(rng):
+    k_pages, v_pages, table = make_cache(rng, [5], 16, 1, 16)
+    q = randn(rng, 5, 2, 16, dtype=np.float32)
+    with pytest.raises(ValueError, match="^cu_seqlens_k: expected int32"):
+        flashkit.flash_attn_varlen_func(q, k_pages, v_pages, cu([5]), None, 5, 5, block_table=table)
+    with pytest.raises(ValueError, match=r"^k: expected a rank-4 \[num_blocks"):
+        flashkit.flash_attn_varlen_func(
+            q, k_pages[0], v_pages, cu([5]), cu([5]), 5, 5, block_table=table
+        )
+
+
 def test_split_and_unsplit_agree(rng):
     seq_lens = np.array([3000], dtype=np.int32)
     k_pages, v_pages, table = make_cache(rng, seq_lens, 64, 1, 64)
@@ -331,6 +366,36 @@ def test_torch_kvcache_bf16(rng):
         causal=True,
     )
     np.testing.assert_allclose(out.double().numpy(), want, atol=2e-2, rtol=2e-2)
+
+
+def test_torch_flash_attn_varlen_func_over_a_paged_cache(rng):
+    """The same call with torch tensors: lengths taken from cu_seqlens_k on the device."""
+    torch = _torch()
+    seq_lens = np.array([9, 70, 33], dtype=np.int32)
+    q_lens = [1, 12, 33]
+    k_pages, v_pages, table = make_cache(rng, seq_lens, 16, 2, 64)
+    q = randn(rng, sum(q_lens), 8, 64, dtype=np.float32)
+    want, _ = reference(q, k_pages, v_pages, table, seq_lens, q_lens, causal=True)
+    devices = ["cpu"] + (
+        ["cuda"] if torch.cuda.is_available() and flashkit.info()["build"]["cuda"] else []
+    )
+    for device in devices:
+        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+        t = lambda x: torch.from_numpy(x).to(device)  # noqa: E731
+        out = flashkit.flash_attn_varlen_func(
+            t(q).to(dtype),
+            t(k_pages).to(dtype),
+            t(v_pages).to(dtype),
+            t(cu(q_lens)),
+            t(cu(seq_lens)),
+            33,
+            70,
+            causal=True,
+            block_table=t(table),
+        )
+        assert out.dtype == dtype and out.device.type == device
+        tol = 2e-5 if dtype == torch.float32 else 3e-2
+        np.testing.assert_allclose(out.double().cpu().numpy(), want, atol=tol, rtol=tol)
 
 
 def test_torch_fp8_cache_manager(rng):
