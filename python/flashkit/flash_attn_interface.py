@@ -6,8 +6,7 @@ slices are strided views the kernels take as they are.
 FA2 semantics kept: causal is aligned bottom-right, window_size=(left, right) counts keys on each
 side of the diagonal, alibi_slopes add -slope * |i + seqlen_k - seqlen_q - j|. What flashkit does
 not implement raises NotImplementedError rather than being ignored: dropout, returning the
-attention probabilities, and flash_attn_with_kvcache's rotary embedding, cache_batch_idx and
-cache_leftpad.
+attention probabilities, and flash_attn_with_kvcache's rotary embedding and cache_leftpad.
 """
 
 from __future__ import annotations
@@ -194,7 +193,8 @@ def flash_attn_with_kvcache(
     """Decode / chunked prefill against a KV cache, appending new tokens first.
 
     q [batch, seqlen_q, heads, d]. k_cache / v_cache: [num_blocks, page_size, kv_heads, d] with
-    block_table (int32 [batch, max_blocks]), or [batch, seqlen_cache, kv_heads, d] without.
+    block_table (int32 [batch, max_blocks]), or [cache_batch, seqlen_cache, kv_heads, d] without,
+    sequence b in row cache_batch_idx[b] (int32 [batch]; default row b).
     cache_seqlens (int or int32 [batch]; default the whole cache): tokens already cached. With
     k, v [batch, seqlen_new, kv_heads, d] those are written into the cache (in place) at
     cache_seqlens first; attention then covers cache_seqlens + seqlen_new keys, the queries being
@@ -205,7 +205,6 @@ def flash_attn_with_kvcache(
     for name, value in (
         ("rotary_cos", rotary_cos),
         ("rotary_sin", rotary_sin),
-        ("cache_batch_idx", cache_batch_idx),
         ("cache_leftpad", cache_leftpad),
     ):
         if value is not None:
@@ -222,6 +221,7 @@ def flash_attn_with_kvcache(
         v,
         cache_seqlens,
         block_table,
+        cache_batch_idx,
         softmax_scale=softmax_scale,
         causal=causal,
         window_size=window_size,

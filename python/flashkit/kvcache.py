@@ -345,6 +345,36 @@ def _cache_as_pages(name, cache):
     return pages, page
 
 
+def _contiguous_block_table(batch, cache_rows, per_seq, cache_batch_idx, torch_arrays, device):
+    """The block table of a contiguous cache viewed as pages (row r: pages r * per_seq ..):
+    sequence b reads row cache_batch_idx[b], or row b. Indices on the host are checked; a device
+    tensor is trusted, as block tables are (reading it would synchronize)."""
+    if cache_batch_idx is None:
+        if cache_rows != batch:
+            raise ValueError(
+                f"k_cache: expected batch {batch} (the batch of q) without block_table or "
+                f"cache_batch_idx, got {cache_rows}"
+            )
+        rows = _int32(np.arange(batch), torch_arrays, device)
+    else:
+        rows = _int32(cache_batch_idx, torch_arrays, device)
+        if tuple(rows.shape) != (batch,):
+            raise ValueError(
+                f"cache_batch_idx: expected shape ({batch},) (the batch of q), got "
+                f"{tuple(rows.shape)}"
+            )
+        on_host = not torch_arrays or rows.device.type == "cpu"
+        if on_host and batch > 0 and not (0 <= int(rows.min()) and int(rows.max()) < cache_rows):
+            raise ValueError(
+                f"cache_batch_idx: expected rows in [0, {cache_rows}) of k_cache, got "
+                f"{[int(r) for r in rows]}"
+            )
+        if torch_arrays:
+            rows = rows.to(device)
+    columns = _int32(np.arange(per_seq), torch_arrays, device)
+    return rows[:, None] * per_seq + columns[None, :]
+
+
 def attention_with_kvcache(
     q,
     k_cache,
@@ -353,6 +383,7 @@ def attention_with_kvcache(
     v,
     cache_seqlens,
     block_table,
+    cache_batch_idx,
     *,
     softmax_scale,
     causal,
@@ -372,16 +403,16 @@ def attention_with_kvcache(
     batch = q.shape[0]
     device = q.device if torch_arrays else None
     if block_table is None:  # a contiguous cache per sequence: view it as pages in order
-        if k_cache.shape[0] != batch:
-            raise ValueError(
-                f"k_cache: expected batch {batch} (the batch of q) without block_table, got "
-                f"{k_cache.shape[0]} (cache_batch_idx is not supported)"
-            )
         k_pages, page = _cache_as_pages("k_cache", k_cache)
         v_pages, _ = _cache_as_pages("v_cache", v_cache)
         per_seq = k_cache.shape[1] // page
-        block_table = _int32(
-            np.arange(batch * per_seq).reshape(batch, per_seq), torch_arrays, device
+        block_table = _contiguous_block_table(
+            batch, k_cache.shape[0], per_seq, cache_batch_idx, torch_arrays, device
+        )
+    elif cache_batch_idx is not None:
+        raise ValueError(
+            "cache_batch_idx: expected None with block_table (the table already maps sequences "
+            "to pages)"
         )
     else:
         k_pages, v_pages, page = k_cache, v_cache, k_cache.shape[1]

@@ -234,6 +234,51 @@ def test_kvcache_contiguous_cache(rng, seqlen_cache):
     np.testing.assert_allclose(out, want, atol=2e-5, rtol=2e-5)
 
 
+def test_kvcache_cache_batch_idx_picks_the_rows(rng):
+    """Sequence b reads and appends to row cache_batch_idx[b] of a contiguous cache."""
+    k_cache = randn(rng, 5, 32, 2, 16, dtype=np.float32)
+    v_cache = randn(rng, 5, 32, 2, 16, dtype=np.float32)
+    before_k, before_v = k_cache.copy(), v_cache.copy()
+    k, v = (randn(rng, 3, 2, 2, 16, dtype=np.float32) for _ in range(2))
+    q = randn(rng, 3, 2, 4, 16, dtype=np.float32)
+    rows, lens = np.array([4, 0, 2], dtype=np.int32), np.array([7, 3, 29], dtype=np.int32)
+    out = flashkit.flash_attn_with_kvcache(
+        q, k_cache, v_cache, k, v, cache_seqlens=lens, cache_batch_idx=rows, causal=True
+    )
+    for b, (r, n) in enumerate(zip(rows, lens)):
+        np.testing.assert_array_equal(k_cache[r, n : n + 2], k[b])  # written in place
+        np.testing.assert_array_equal(v_cache[r, n : n + 2], v[b])
+        want, _ = np_reference.attention(
+            q[b : b + 1], k_cache[r : r + 1, : n + 2], v_cache[r : r + 1, : n + 2], causal=True
+        )
+        np.testing.assert_allclose(out[b : b + 1], want, atol=2e-5, rtol=2e-5)
+    for r in (1, 3):  # rows no sequence named
+        np.testing.assert_array_equal(k_cache[r], before_k[r])
+        np.testing.assert_array_equal(v_cache[r], before_v[r])
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ([0, 1], r"cache_batch_idx: expected shape \(3,\)"),
+        ([0, 5, 1], r"cache_batch_idx: expected rows in \[0, 5\)"),
+        ([-1, 0, 1], r"cache_batch_idx: expected rows in \[0, 5\)"),
+    ],
+)
+def test_kvcache_bad_cache_batch_idx(rng, rows, message):
+    k_cache = randn(rng, 5, 16, 1, 8, dtype=np.float32)
+    q = randn(rng, 3, 1, 1, 8, dtype=np.float32)
+    with pytest.raises(ValueError, match=message):
+        flashkit.flash_attn_with_kvcache(
+            q, k_cache, k_cache, cache_seqlens=3, cache_batch_idx=np.array(rows, np.int32)
+        )
+    k_pages, v_pages, table = make_cache(rng, [3, 3, 3], 16, 1, 8)
+    with pytest.raises(ValueError, match="cache_batch_idx: expected None with block_table"):
+        flashkit.flash_attn_with_kvcache(
+            q, k_pages, v_pages, cache_seqlens=3, block_table=table, cache_batch_idx=np.zeros(3)
+        )
+
+
 def test_kvcache_whole_cache_by_default(rng):
     k_cache = randn(rng, 1, 32, 2, 16, dtype=np.float32)
     v_cache = randn(rng, 1, 32, 2, 16, dtype=np.float32)
@@ -251,7 +296,7 @@ def test_kvcache_strided_cache_is_refused(rng):
         flashkit.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=3)
 
 
-@pytest.mark.parametrize("name", ["rotary_cos", "rotary_sin", "cache_batch_idx", "cache_leftpad"])
+@pytest.mark.parametrize("name", ["rotary_cos", "rotary_sin", "cache_leftpad"])
 def test_kvcache_unsupported_arguments(rng, name):
     k_cache = randn(rng, 1, 16, 1, 8, dtype=np.float32)
     q = randn(rng, 1, 1, 1, 8, dtype=np.float32)
@@ -338,6 +383,12 @@ def _torch():
     return pytest.importorskip("torch")
 
 
+def _torch_devices(torch):
+    """cpu, and cuda where a GPU and flashkit's CUDA backend are present."""
+    has_cuda = torch.cuda.is_available() and flashkit.info()["build"]["cuda"]
+    return ["cpu"] + (["cuda"] if has_cuda else [])
+
+
 def test_torch_kvcache_bf16(rng):
     torch = _torch()
     cache_seqlens = np.array([9, 30], dtype=np.int32)
@@ -376,10 +427,7 @@ def test_torch_flash_attn_varlen_func_over_a_paged_cache(rng):
     k_pages, v_pages, table = make_cache(rng, seq_lens, 16, 2, 64)
     q = randn(rng, sum(q_lens), 8, 64, dtype=np.float32)
     want, _ = reference(q, k_pages, v_pages, table, seq_lens, q_lens, causal=True)
-    devices = ["cpu"] + (
-        ["cuda"] if torch.cuda.is_available() and flashkit.info()["build"]["cuda"] else []
-    )
-    for device in devices:
+    for device in _torch_devices(torch):
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
         t = lambda x: torch.from_numpy(x).to(device)  # noqa: E731
         out = flashkit.flash_attn_varlen_func(
@@ -396,6 +444,42 @@ def test_torch_flash_attn_varlen_func_over_a_paged_cache(rng):
         assert out.dtype == dtype and out.device.type == device
         tol = 2e-5 if dtype == torch.float32 else 3e-2
         np.testing.assert_allclose(out.double().cpu().numpy(), want, atol=tol, rtol=tol)
+
+
+def test_torch_kvcache_cache_batch_idx(rng):
+    """cache_batch_idx as a torch tensor (int64 here) on the cache's device."""
+    torch = _torch()
+    k_cache = randn(rng, 4, 64, 2, 64, dtype=np.float32)
+    v_cache = randn(rng, 4, 64, 2, 64, dtype=np.float32)
+    k, v = (randn(rng, 2, 1, 2, 64, dtype=np.float32) for _ in range(2))
+    q = randn(rng, 2, 1, 8, 64, dtype=np.float32)
+    rows, lens = [3, 1], np.array([10, 40], dtype=np.int32)
+    for device in _torch_devices(torch):
+        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+        t = lambda x: torch.from_numpy(x).to(device, dtype)  # noqa: E731
+        tk, tv = t(k_cache), t(v_cache)
+        out = flashkit.flash_attn_with_kvcache(
+            t(q),
+            tk,
+            tv,
+            t(k),
+            t(v),
+            cache_seqlens=torch.from_numpy(lens).to(device),
+            cache_batch_idx=torch.tensor(rows, device=device),
+            causal=True,
+        )
+        tol = 2e-5 if dtype == torch.float32 else 3e-2
+        for b, (r, n) in enumerate(zip(rows, lens)):
+            assert torch.equal(tk[r, n], t(k)[b, 0])
+            want, _ = np_reference.attention(
+                t(q)[b : b + 1].double().cpu().numpy(),
+                tk[r : r + 1, : n + 1].double().cpu().numpy(),
+                tv[r : r + 1, : n + 1].double().cpu().numpy(),
+                causal=True,
+            )
+            np.testing.assert_allclose(
+                out[b : b + 1].double().cpu().numpy(), want, atol=tol, rtol=tol
+            )
 
 
 def test_torch_fp8_cache_manager(rng):
