@@ -355,22 +355,21 @@ def _contiguous_block_table(batch, cache_rows, per_seq, cache_batch_idx, torch_a
                 f"k_cache: expected batch {batch} (the batch of q) without block_table or "
                 f"cache_batch_idx, got {cache_rows}"
             )
-        rows = _int32(np.arange(batch), torch_arrays, device)
-    else:
-        rows = _int32(cache_batch_idx, torch_arrays, device)
-        if tuple(rows.shape) != (batch,):
-            raise ValueError(
-                f"cache_batch_idx: expected shape ({batch},) (the batch of q), got "
-                f"{tuple(rows.shape)}"
-            )
-        on_host = not torch_arrays or rows.device.type == "cpu"
-        if on_host and batch > 0 and not (0 <= int(rows.min()) and int(rows.max()) < cache_rows):
-            raise ValueError(
-                f"cache_batch_idx: expected rows in [0, {cache_rows}) of k_cache, got "
-                f"{[int(r) for r in rows]}"
-            )
-        if torch_arrays:
-            rows = rows.to(device)
+        table = np.arange(batch * per_seq).reshape(batch, per_seq)
+        return _int32(table, torch_arrays, device)  # one host-to-device copy
+    rows = _int32(cache_batch_idx, torch_arrays, device)
+    if tuple(rows.shape) != (batch,):
+        raise ValueError(
+            f"cache_batch_idx: expected shape ({batch},) (the batch of q), got {tuple(rows.shape)}"
+        )
+    on_host = not torch_arrays or rows.device.type == "cpu"
+    if on_host and batch > 0 and not (0 <= int(rows.min()) and int(rows.max()) < cache_rows):
+        raise ValueError(
+            f"cache_batch_idx: expected rows in [0, {cache_rows}) of k_cache, got "
+            f"{[int(r) for r in rows]}"
+        )
+    if torch_arrays:
+        rows = rows.to(device)
     columns = _int32(np.arange(per_seq), torch_arrays, device)
     return rows[:, None] * per_seq + columns[None, :]
 
