@@ -6,7 +6,7 @@ slices are strided views the kernels take as they are.
 FA2 semantics kept: causal is aligned bottom-right, window_size=(left, right) counts keys on each
 side of the diagonal, alibi_slopes add -slope * |i + seqlen_k - seqlen_q - j|. What flashkit does
 not implement raises NotImplementedError rather than being ignored: dropout, returning the
-attention probabilities, and flash_attn_with_kvcache's rotary embedding and cache_leftpad.
+attention probabilities, and flash_attn_with_kvcache's rotary embedding.
 """
 
 from __future__ import annotations
@@ -194,7 +194,8 @@ def flash_attn_with_kvcache(
 
     q [batch, seqlen_q, heads, d]. k_cache / v_cache: [num_blocks, page_size, kv_heads, d] with
     block_table (int32 [batch, max_blocks]), or [cache_batch, seqlen_cache, kv_heads, d] without,
-    sequence b in row cache_batch_idx[b] (int32 [batch]; default row b).
+    sequence b in row cache_batch_idx[b] (int32 [batch]; default row b), its keys starting at
+    slot cache_leftpad[b] (int32 [batch]; default 0; read as pages of one token).
     cache_seqlens (int or int32 [batch]; default the whole cache): tokens already cached. With
     k, v [batch, seqlen_new, kv_heads, d] those are written into the cache (in place) at
     cache_seqlens first; attention then covers cache_seqlens + seqlen_new keys, the queries being
@@ -202,11 +203,7 @@ def flash_attn_with_kvcache(
     split. Returns out like q, and softmax_lse [batch, heads, seqlen_q] with return_softmax_lse.
     """
     del rotary_interleaved  # only meaningful with rotary_cos / rotary_sin
-    for name, value in (
-        ("rotary_cos", rotary_cos),
-        ("rotary_sin", rotary_sin),
-        ("cache_leftpad", cache_leftpad),
-    ):
+    for name, value in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
         if value is not None:
             raise NotImplementedError(
                 f"{name}: flashkit's flash_attn_with_kvcache does not support it (pass None)"
@@ -222,6 +219,7 @@ def flash_attn_with_kvcache(
         cache_seqlens,
         block_table,
         cache_batch_idx,
+        cache_leftpad,
         softmax_scale=softmax_scale,
         causal=causal,
         window_size=window_size,

@@ -322,12 +322,12 @@ def _int32(x, like_torch: bool, device=None):
     return np.ascontiguousarray(x, dtype=np.int32)
 
 
-def _cache_as_pages(name, cache):
+def _cache_as_pages(name, cache, max_page=_MAX_PAGE_SIZE):
     """A contiguous cache [batch, seqlen, kv_heads, d] viewed (not copied: appends must land in
-    it) as pages of the largest power-of-two size <= 256 that divides seqlen."""
+    it) as pages of the largest power-of-two size <= max_page that divides seqlen."""
     b, s, h, d = cache.shape
     page = 1
-    while page < _MAX_PAGE_SIZE and s % (2 * page) == 0:
+    while page < max_page and s % (2 * page) == 0:
         page *= 2
     shape = (b * (s // page), page, h, d)
     error = ValueError(
@@ -374,6 +374,35 @@ def _contiguous_block_table(batch, cache_rows, per_seq, cache_batch_idx, torch_a
     return rows[:, None] * per_seq + columns[None, :]
 
 
+def _skip_left_padding(block_table, cache_seqlens, cache_leftpad, torch_arrays, device):
+    """A one-token-page table and cached lengths that start each sequence at cache_leftpad[b]
+    (FlashAttention's left-padded cache: keys cache_leftpad[b] .. cache_seqlens[b] - 1 of the row,
+    new tokens appended at cache_seqlens[b]). Host values are checked; device ones trusted."""
+    batch, row_len = block_table.shape
+    leftpad = _int32(cache_leftpad, torch_arrays, device)
+    if tuple(leftpad.shape) != (batch,):
+        raise ValueError(
+            f"cache_leftpad: expected shape ({batch},) (the batch of q), got "
+            f"{tuple(leftpad.shape)}"
+        )
+    lens_on_host = not torch_arrays or cache_seqlens.device.type == "cpu"
+    if (not torch_arrays or leftpad.device.type == "cpu") and lens_on_host and batch > 0:
+        bad = (leftpad < 0) | (leftpad > cache_seqlens)
+        if bool(bad.any()):
+            raise ValueError(
+                f"cache_leftpad: expected 0 <= cache_leftpad[b] <= cache_seqlens[b], got "
+                f"{[int(x) for x in leftpad]} against {[int(x) for x in cache_seqlens]}"
+            )
+    if torch_arrays:
+        leftpad = leftpad.to(device)
+        last = block_table[:, :1] + (row_len - 1)
+        table = _arrays.torch.minimum(block_table + leftpad[:, None], last)
+    else:
+        table = np.minimum(block_table + leftpad[:, None], block_table[:, :1] + (row_len - 1))
+    # Slots past a row's end repeat its last one: the lengths stop before them.
+    return table, cache_seqlens - leftpad
+
+
 def attention_with_kvcache(
     q,
     k_cache,
@@ -383,6 +412,7 @@ def attention_with_kvcache(
     cache_seqlens,
     block_table,
     cache_batch_idx,
+    cache_leftpad,
     *,
     softmax_scale,
     causal,
@@ -402,24 +432,32 @@ def attention_with_kvcache(
     batch = q.shape[0]
     device = q.device if torch_arrays else None
     if block_table is None:  # a contiguous cache per sequence: view it as pages in order
-        k_pages, page = _cache_as_pages("k_cache", k_cache)
-        v_pages, _ = _cache_as_pages("v_cache", v_cache)
+        # Keys starting at cache_leftpad[b] need pages of one token, so a sequence may start on
+        # any row.
+        max_page = 1 if cache_leftpad is not None else _MAX_PAGE_SIZE
+        k_pages, page = _cache_as_pages("k_cache", k_cache, max_page)
+        v_pages, _ = _cache_as_pages("v_cache", v_cache, max_page)
         per_seq = k_cache.shape[1] // page
         block_table = _contiguous_block_table(
             batch, k_cache.shape[0], per_seq, cache_batch_idx, torch_arrays, device
         )
-    elif cache_batch_idx is not None:
-        raise ValueError(
-            "cache_batch_idx: expected None with block_table (the table already maps sequences "
-            "to pages)"
-        )
     else:
+        for name, value in (("cache_batch_idx", cache_batch_idx), ("cache_leftpad", cache_leftpad)):
+            if value is not None:
+                raise ValueError(
+                    f"{name}: expected None with block_table (the table already maps sequences "
+                    "to pages)"
+                )
         k_pages, v_pages, page = k_cache, v_cache, k_cache.shape[1]
     if cache_seqlens is None:  # the whole cache
         cache_seqlens = block_table.shape[1] * page
     if isinstance(cache_seqlens, int):
         cache_seqlens = [cache_seqlens] * batch
     cache_seqlens = _int32(cache_seqlens, torch_arrays, device)
+    if cache_leftpad is not None:
+        block_table, cache_seqlens = _skip_left_padding(
+            block_table, cache_seqlens, cache_leftpad, torch_arrays, device
+        )
     seq_lens = cache_seqlens
     if k is not None:
         append_kv(k, v, cache_seqlens, k_pages, v_pages, block_table)

@@ -279,6 +279,55 @@ def test_kvcache_bad_cache_batch_idx(rng, rows, message):
         )
 
 
+@pytest.mark.parametrize("rows", [None, [2, 0, 1]])
+def test_kvcache_cache_leftpad_starts_each_sequence_later(rng, rows):
+    """Left-padded rows: sequence b's keys are slots cache_leftpad[b] .. cache_seqlens[b] - 1 of
+    its row, and the new tokens land at cache_seqlens[b]."""
+    k_cache = randn(rng, 3, 24, 2, 16, dtype=np.float32)
+    v_cache = randn(rng, 3, 24, 2, 16, dtype=np.float32)
+    k, v = (randn(rng, 3, 2, 2, 16, dtype=np.float32) for _ in range(2))
+    q = randn(rng, 3, 2, 4, 16, dtype=np.float32)
+    pad, lens = np.array([3, 0, 10], np.int32), np.array([9, 5, 10], np.int32)
+    idx = None if rows is None else np.array(rows, np.int32)
+    out = flashkit.flash_attn_with_kvcache(
+        q,
+        k_cache,
+        v_cache,
+        k,
+        v,
+        cache_seqlens=lens,
+        cache_leftpad=pad,
+        cache_batch_idx=idx,
+        causal=True,
+    )
+    for b in range(3):
+        r, p, n = (b if rows is None else rows[b]), pad[b], lens[b]
+        np.testing.assert_array_equal(k_cache[r, n : n + 2], k[b])  # written in place
+        want, _ = np_reference.attention(
+            q[b : b + 1], k_cache[r : r + 1, p : n + 2], v_cache[r : r + 1, p : n + 2], causal=True
+        )
+        np.testing.assert_allclose(out[b : b + 1], want, atol=2e-5, rtol=2e-5)
+
+
+def test_kvcache_bad_cache_leftpad(rng):
+    k_cache = randn(rng, 2, 16, 1, 8, dtype=np.float32)
+    q = randn(rng, 2, 1, 1, 8, dtype=np.float32)
+    for pad, message in (
+        ([1], r"cache_leftpad: expected shape \(2,\)"),
+        ([4, 0], r"cache_leftpad: expected 0 <= cache_leftpad\[b\] <= cache_seqlens\[b\]"),
+        ([-1, 0], r"cache_leftpad: expected 0 <= cache_leftpad"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            flashkit.flash_attn_with_kvcache(
+                q, k_cache, k_cache, cache_seqlens=3, cache_leftpad=np.array(pad, np.int32)
+            )
+    k_pages, v_pages, table = make_cache(rng, [3, 3], 16, 1, 8)
+    with pytest.raises(ValueError, match="cache_leftpad: expected None with block_table"):
+        flashkit.flash_attn_with_kvcache(
+            q, k_pages, v_pages, cache_seqlens=3, block_table=table, cache_leftpad=np.zeros(2)
+        )
+
+
 def test_kvcache_whole_cache_by_default(rng):
     k_cache = randn(rng, 1, 32, 2, 16, dtype=np.float32)
     v_cache = randn(rng, 1, 32, 2, 16, dtype=np.float32)
@@ -296,7 +345,7 @@ def test_kvcache_strided_cache_is_refused(rng):
         flashkit.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=3)
 
 
-@pytest.mark.parametrize("name", ["rotary_cos", "rotary_sin", "cache_leftpad"])
+@pytest.mark.parametrize("name", ["rotary_cos", "rotary_sin"])
 def test_kvcache_unsupported_arguments(rng, name):
     k_cache = randn(rng, 1, 16, 1, 8, dtype=np.float32)
     q = randn(rng, 1, 1, 1, 8, dtype=np.float32)
@@ -475,6 +524,40 @@ def test_torch_kvcache_cache_batch_idx(rng):
                 t(q)[b : b + 1].double().cpu().numpy(),
                 tk[r : r + 1, : n + 1].double().cpu().numpy(),
                 tv[r : r + 1, : n + 1].double().cpu().numpy(),
+                causal=True,
+            )
+            np.testing.assert_allclose(
+                out[b : b + 1].double().cpu().numpy(), want, atol=tol, rtol=tol
+            )
+
+
+def test_torch_kvcache_cache_leftpad(rng):
+    torch = _torch()
+    k_cache = randn(rng, 2, 64, 2, 64, dtype=np.float32)
+    v_cache = randn(rng, 2, 64, 2, 64, dtype=np.float32)
+    k, v = (randn(rng, 2, 1, 2, 64, dtype=np.float32) for _ in range(2))
+    q = randn(rng, 2, 1, 8, 64, dtype=np.float32)
+    pad, lens = np.array([5, 17], np.int32), np.array([20, 40], np.int32)
+    for device in _torch_devices(torch):
+        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+        t = lambda x: torch.from_numpy(x).to(device)  # noqa: E731
+        tk, tv = t(k_cache).to(dtype), t(v_cache).to(dtype)
+        out = flashkit.flash_attn_with_kvcache(
+            t(q).to(dtype),
+            tk,
+            tv,
+            t(k).to(dtype),
+            t(v).to(dtype),
+            cache_seqlens=t(lens),
+            cache_leftpad=t(pad),
+            causal=True,
+        )
+        tol = 2e-5 if dtype == torch.float32 else 3e-2
+        for b, (p, n) in enumerate(zip(pad, lens)):
+            want, _ = np_reference.attention(
+                t(q).to(dtype)[b : b + 1].double().cpu().numpy(),
+                tk[b : b + 1, p : n + 1].double().cpu().numpy(),
+                tv[b : b + 1, p : n + 1].double().cpu().numpy(),
                 causal=True,
             )
             np.testing.assert_allclose(
