@@ -495,69 +495,38 @@ def test_torch_flash_attn_varlen_func_over_a_paged_cache(rng):
         np.testing.assert_allclose(out.double().cpu().numpy(), want, atol=tol, rtol=tol)
 
 
-def test_torch_kvcache_cache_batch_idx(rng):
-    """cache_batch_idx as a torch tensor (int64 here) on the cache's device."""
+@pytest.mark.parametrize("leftpad", [False, True])
+def test_torch_kvcache_rows_and_left_padding(rng, leftpad):
+    """cache_batch_idx (int64 here) and cache_leftpad as torch tensors on the cache's device."""
     torch = _torch()
-    k_cache = randn(rng, 4, 64, 2, 64, dtype=np.float32)
-    v_cache = randn(rng, 4, 64, 2, 64, dtype=np.float32)
+    k_cache, v_cache = (randn(rng, 4, 64, 2, 64, dtype=np.float32) for _ in range(2))
     k, v = (randn(rng, 2, 1, 2, 64, dtype=np.float32) for _ in range(2))
     q = randn(rng, 2, 1, 8, 64, dtype=np.float32)
-    rows, lens = [3, 1], np.array([10, 40], dtype=np.int32)
-    for device in _torch_devices(torch):
-        dtype = torch.float32 if device == "cpu" else torch.bfloat16
-        t = lambda x: torch.from_numpy(x).to(device, dtype)  # noqa: E731
-        tk, tv = t(k_cache), t(v_cache)
-        out = flashkit.flash_attn_with_kvcache(
-            t(q),
-            tk,
-            tv,
-            t(k),
-            t(v),
-            cache_seqlens=torch.from_numpy(lens).to(device),
-            cache_batch_idx=torch.tensor(rows, device=device),
-            causal=True,
-        )
-        tol = 2e-5 if dtype == torch.float32 else 3e-2
-        for b, (r, n) in enumerate(zip(rows, lens)):
-            assert torch.equal(tk[r, n], t(k)[b, 0])
-            want, _ = np_reference.attention(
-                t(q)[b : b + 1].double().cpu().numpy(),
-                tk[r : r + 1, : n + 1].double().cpu().numpy(),
-                tv[r : r + 1, : n + 1].double().cpu().numpy(),
-                causal=True,
-            )
-            np.testing.assert_allclose(
-                out[b : b + 1].double().cpu().numpy(), want, atol=tol, rtol=tol
-            )
-
-
-def test_torch_kvcache_cache_leftpad(rng):
-    torch = _torch()
-    k_cache = randn(rng, 2, 64, 2, 64, dtype=np.float32)
-    v_cache = randn(rng, 2, 64, 2, 64, dtype=np.float32)
-    k, v = (randn(rng, 2, 1, 2, 64, dtype=np.float32) for _ in range(2))
-    q = randn(rng, 2, 1, 8, 64, dtype=np.float32)
-    pad, lens = np.array([5, 17], np.int32), np.array([20, 40], np.int32)
+    rows, lens = [3, 1], np.array([20, 40], dtype=np.int32)
+    pad = np.array([5, 17] if leftpad else [0, 0], dtype=np.int32)
     for device in _torch_devices(torch):
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
         t = lambda x: torch.from_numpy(x).to(device)  # noqa: E731
         tk, tv = t(k_cache).to(dtype), t(v_cache).to(dtype)
+        tq, tk_new = t(q).to(dtype), t(k).to(dtype)
         out = flashkit.flash_attn_with_kvcache(
-            t(q).to(dtype),
+            tq,
             tk,
             tv,
-            t(k).to(dtype),
+            tk_new,
             t(v).to(dtype),
             cache_seqlens=t(lens),
-            cache_leftpad=t(pad),
+            cache_batch_idx=torch.tensor(rows, device=device),
+            cache_leftpad=t(pad) if leftpad else None,
             causal=True,
         )
         tol = 2e-5 if dtype == torch.float32 else 3e-2
-        for b, (p, n) in enumerate(zip(pad, lens)):
+        for b, (r, p, n) in enumerate(zip(rows, pad, lens)):
+            assert torch.equal(tk[r, n], tk_new[b, 0])  # appended at cache_seqlens[b]
             want, _ = np_reference.attention(
-                t(q).to(dtype)[b : b + 1].double().cpu().numpy(),
-                tk[b : b + 1, p : n + 1].double().cpu().numpy(),
-                tv[b : b + 1, p : n + 1].double().cpu().numpy(),
+                tq[b : b + 1].double().cpu().numpy(),
+                tk[r : r + 1, p : n + 1].double().cpu().numpy(),
+                tv[r : r + 1, p : n + 1].double().cpu().numpy(),
                 causal=True,
             )
             np.testing.assert_allclose(
