@@ -7,6 +7,7 @@
 #include "flashkit/info.hpp"
 #include "flashkit/kv_cache.hpp"
 #include "flashkit/memory.hpp"
+#include "flashkit/mla.hpp"
 #include "flashkit/paged.hpp"
 #include "flashkit/radix_cache.hpp"
 #include "flashkit/tensor.hpp"

@@ -7,7 +7,7 @@
                                            block_table=table, causal=True)  # paged decode
 
 With torch installed, the custom ops torch.ops.flashkit.fwd / bwd / merge / paged_fwd /
-cascade_fwd / append_kv are registered on import (autograd, torch.compile and CUDA graphs work through them).
+cascade_fwd / append_kv / mla_fwd / mla_append are registered on import (autograd, torch.compile and CUDA graphs work through them).
 Without torch the numpy functions work on the CPU backend.
 """
 
@@ -30,6 +30,7 @@ from .kvcache import (
     paged_attention,
     plan_paged_split,
 )
+from .mla import flash_mla_with_kvcache, mla_append, mla_decode
 
 __version__ = _flashkit.version()
 
@@ -70,8 +71,11 @@ __all__ = [
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache",
+    "flash_mla_with_kvcache",
     "info",
     "merge_states",
+    "mla_append",
+    "mla_decode",
     "paged_attention",
     "plan_paged_split",
     "release_scratch_memory",

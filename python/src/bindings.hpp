@@ -13,6 +13,8 @@ void bind_attention(nanobind::module_& m);
 void bind_info(nanobind::module_& m);
 // paged_attention, append_kv, plan_paged_split, paged_workspace_elems.
 void bind_paged(nanobind::module_& m);
+// mla_decode, mla_append.
+void bind_mla(nanobind::module_& m);
 // cascade_attention, cascade_workspace_elems.
 void bind_cascade(nanobind::module_& m);
 // BlockAllocator.

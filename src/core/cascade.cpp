@@ -21,8 +21,8 @@
 // merge_states' [states, ...] with one stride.
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/checks.hpp"
@@ -117,6 +117,17 @@ void check_shared_sequence(const PagedKV& shared, const Device& device) {
   core::expect_dtype_in("shared.seq_lens", shared.seq_lens, {DType::i32});
 }
 
+// The workspace and the merge hold states of q's head dim: values must have it too.
+void check_value_head_dims(const CascadeAttentionArgs& a, const Dims& d) {
+  for (const auto& [name, pages] : {std::pair{"shared.v_pages", &a.shared.v_pages},
+                                    std::pair{"suffix.v_pages", &a.suffix.v_pages}}) {
+    if (pages->rank() == 4 && pages->size(3) != d.head_dim) {
+      fail(std::string(name) + ".shape[3]",
+           num(d.head_dim) + " (the head dim of q; cascade needs d_v = d)", num(pages->size(3)));
+    }
+  }
+}
+
 void check_workspace(const Tensor& w, const Dims& d) {
   core::expect_defined("workspace", w);
   core::expect_device("workspace", w, d.device);
@@ -182,12 +193,8 @@ core::PagedDims validate_level(const PagedAttentionArgs& p, const std::string& l
   try {
     return core::validate_paged(p, 1);
   } catch (const Error& e) {
-    const std::string& arg = e.argument();
-    const std::string what = e.what();  // "<arg>: expected <expected>, got <got>"
-    const std::size_t expected = arg.size() + std::strlen(": expected ");
-    const std::size_t got = what.rfind(", got ");
-    if (arg.rfind("kv.", 0) != 0 || got == std::string::npos || got < expected) throw;
-    throw Error(level + arg.substr(2), what.substr(expected, got - expected), what.substr(got + 6));
+    if (e.argument().rfind("kv.", 0) != 0) throw;
+    core::rethrow_as(e, level + e.argument().substr(2));
   }
 }
 
@@ -406,6 +413,7 @@ void cascade_attention(const CascadeAttentionArgs& a) {
   expect_tensor("q", a.q, 4, a.q.device());
   const Dims d{a.q.size(0), a.q.size(1), a.q.size(2), a.q.size(3), a.q.device()};
   check_shared_sequence(a.shared, d.device);
+  check_value_head_dims(a, d);
   check_workspace(a.workspace, d);
   check_outputs(a, d);
   check_q_rows(a.q, d);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "core/validate.hpp"
 
@@ -14,6 +15,15 @@ std::string num(std::int64_t v) {
 // snprintf rather than an ostringstream: formatting a float through iostreams crashed inside
 // the Python module on the GPU machine (torch loaded in the same process), and error paths must
 // not crash.
+void rethrow_as(const Error& e, const std::string& argument) {
+  const std::string& arg = e.argument();
+  const std::string what = e.what();  // "<arg>: expected <expected>, got <got>"
+  const std::size_t expected = arg.size() + std::strlen(": expected ");
+  const std::size_t got = what.rfind(", got ");
+  if (arg.empty() || got == std::string::npos || got < expected) throw e;
+  throw Error(argument, what.substr(expected, got - expected), what.substr(got + 6));
+}
+
 std::string num_real(double v) {
   char text[32];
   std::snprintf(text, sizeof text, "%g", v);

@@ -7,6 +7,7 @@
 
 #include "core/mask_rules.hpp"
 #include "flashkit/attention.hpp"
+#include "flashkit/error.hpp"
 
 namespace flashkit::core {
 
@@ -26,6 +27,9 @@ void expect_data(const std::string& name, const Tensor& t);
 // All of the above: defined, `rank`, on `device`, laid out, with data.
 void expect_tensor(const std::string& name, const Tensor& t, int rank, const Device& device,
                    const std::string& of = "q");
+// Throws `e` again about `argument` instead of e.argument(), keeping what it expected and got: a
+// call built on another call (cascade's levels, MLA's paged view) names its own arguments.
+[[noreturn]] void rethrow_as(const Error& e, const std::string& argument);
 // Mask fields and ALiBi slopes (f32 [heads_q] or [batch, heads_q]) as a kernel-ready rule.
 MaskRule check_mask(const Mask& mask, std::int64_t batch, std::int64_t heads_q,
                     const Device& device);

@@ -24,7 +24,7 @@ std::int64_t at(const Tensor& t, std::int64_t i, std::int64_t j) {
 
 // What kernels need to know about the cache tensors.
 struct CacheShape {
-  std::int64_t batch, num_pages, page_size, heads_kv, head_dim, max_pages;
+  std::int64_t batch, num_pages, page_size, heads_kv, head_dim, head_dim_v, max_pages;
   bool fp8;
 };
 
@@ -52,17 +52,24 @@ CacheShape check_cache(const PagedKV& kv, DType value_dtype, std::int64_t batch,
     fail("kv.v_pages.dtype", std::string(dtype_name(dt)) + " (the dtype of kv.k_pages)",
          dtype_name(kv.v_pages.dtype()));
   }
-  for (int i = 0; i < 4; ++i)
+  // Only the head dim may differ: d_v != d (MLA's latent values are a prefix of its keys).
+  for (int i = 0; i < 3; ++i)
     expect_size("kv.v_pages", kv.v_pages, i, kv.k_pages.size(i), "as k_pages");
-  CacheShape c{
-      batch, kv.k_pages.size(0), kv.k_pages.size(1), kv.k_pages.size(2), kv.k_pages.size(3),
-      0,     dt == DType::e4m3};
+  CacheShape c{batch,
+               kv.k_pages.size(0),
+               kv.k_pages.size(1),
+               kv.k_pages.size(2),
+               kv.k_pages.size(3),
+               kv.v_pages.size(3),
+               0,
+               dt == DType::e4m3};
   const std::int64_t ps = c.page_size;
   if (ps < 1 || ps > 256 || (ps & (ps - 1)) != 0) {
     fail("kv.k_pages.shape[1]", "a page size that is a power of two in 1..256", num(ps));
   }
   if (c.heads_kv < 1) fail("kv.k_pages.shape[2]", "at least 1 KV head", num(c.heads_kv));
   if (c.head_dim < 1) fail("kv.k_pages.shape[3]", "a head dim >= 1", num(c.head_dim));
+  if (c.head_dim_v < 1) fail("kv.v_pages.shape[3]", "a head dim >= 1", num(c.head_dim_v));
 
   if (c.fp8) {
     check_scale("kv.k_scale", kv.k_scale, c, device);
@@ -219,7 +226,7 @@ PagedDims validate_paged(const PagedAttentionArgs& a, int processors) {
   d.page_size = c.page_size;
   d.max_pages = c.max_pages;
   d.fp8_kv = c.fp8;
-  d.head_dim_v = c.head_dim;
+  d.head_dim_v = c.head_dim_v;
   if (c.head_dim != d.head_dim) {
     fail("kv.k_pages.shape[3]", num(d.head_dim) + " (the head dim of q)", num(c.head_dim));
   }
@@ -279,7 +286,7 @@ AppendDims validate_append(const AppendKVArgs& a) {
     fail("v_new.dtype", std::string(dtype_name(a.k_new.dtype())) + " (the dtype of k_new)",
          dtype_name(a.v_new.dtype()));
   }
-  for (int i = 0; i < 4; ++i) expect_size("v_new", a.v_new, i, a.k_new.size(i), "as k_new");
+  for (int i = 0; i < 3; ++i) expect_size("v_new", a.v_new, i, a.k_new.size(i), "as k_new");
 
   AppendDims d;
   d.batch = a.k_new.size(0);
@@ -287,8 +294,10 @@ AppendDims validate_append(const AppendKVArgs& a) {
   const CacheShape c = check_cache(a.kv, a.k_new.dtype(), d.batch, device, "k_new");
   expect_size("k_new", a.k_new, 2, c.heads_kv, "the KV heads of the pages");
   expect_size("k_new", a.k_new, 3, c.head_dim, "the head dim of the pages");
+  expect_size("v_new", a.v_new, 3, c.head_dim_v, "the head dim of kv.v_pages");
   d.heads_kv = c.heads_kv;
-  d.head_dim = d.head_dim_v = c.head_dim;
+  d.head_dim = c.head_dim;
+  d.head_dim_v = c.head_dim_v;
   d.num_pages = c.num_pages;
   d.page_size = c.page_size;
   d.max_pages = c.max_pages;

@@ -81,7 +81,9 @@ double load_kv(const PagedCase& c, const HostTensor& pages, const HostTensor& sc
 std::string PagedSpec::name() const {
   std::ostringstream s;
   s << "kv=" << dtype_name(kv_dtype) << " q=" << dtype_name(q_dtype) << " page=" << page_size
-    << " heads=" << heads_q << "/" << heads_kv << " d=" << head_dim << " lens=";
+    << " heads=" << heads_q << "/" << heads_kv << " d=" << head_dim;
+  if (dim_v() != head_dim) s << " dv=" << dim_v();
+  s << " lens=";
   for (std::size_t b = 0; b < seq_lens.size(); ++b) s << (b ? "," : "") << seq_lens[b];
   s << " q=";
   for (std::size_t b = 0; b < q_lens.size(); ++b) s << (b ? "," : "") << q_lens[b];
@@ -129,18 +131,18 @@ PagedCase make_paged_case(const PagedSpec& spec) {
 
   // K and V: uniform [-1, 1) drawn for every slot in one fixed order (so specs that differ only
   // in kv_dtype hold the same underlying values), NaN where no token is.
-  const std::vector<std::int64_t> page_shape{c.num_pages, ps, hk, d};
   for (auto* pages : {&c.k_pages, &c.v_pages}) {
+    const std::int64_t dim = pages == &c.k_pages ? d : spec.dim_v();
     std::uniform_real_distribution<double> dist(-1.0, 1.0);
-    std::vector<double> values(std::size_t(c.num_pages * ps * hk * d));
+    std::vector<double> values(std::size_t(c.num_pages * ps * hk * dim));
     for (std::int64_t p = 0; p < c.num_pages; ++p) {
-      for (std::int64_t i = 0; i < ps * hk * d; ++i) {
+      for (std::int64_t i = 0; i < ps * hk * dim; ++i) {
         const double x = dist(rng);
-        const bool used = i / (hk * d) < filled[std::size_t(p)];
-        values[std::size_t(p * ps * hk * d + i)] = used ? x : kNaN;
+        const bool used = i / (hk * dim) < filled[std::size_t(p)];
+        values[std::size_t(p * ps * hk * dim + i)] = used ? x : kNaN;
       }
     }
-    *pages = make_tensor(spec.kv_dtype, page_shape, spec.strided);
+    *pages = make_tensor(spec.kv_dtype, {c.num_pages, ps, hk, dim}, spec.strided);
     pages->poison();
     HostTensor& scales = pages == &c.k_pages ? c.k_scale : c.v_scale;
     if (spec.kv_dtype == DType::e4m3) scales = HostTensor(DType::f32, {c.num_pages, hk});
@@ -183,7 +185,9 @@ PagedCase make_paged_case(const PagedSpec& spec) {
 }
 
 std::vector<std::int64_t> PagedCase::out_shape() const {
-  return q.shape();
+  std::vector<std::int64_t> shape = q.shape();
+  shape.back() = spec.dim_v();
+  return shape;
 }
 
 std::vector<std::int64_t> PagedCase::lse_shape() const {
@@ -269,6 +273,7 @@ CaseData contiguous_case(const PagedCase& c, DType dtype) {
   s.heads_q = c.spec.heads_q;
   s.heads_kv = c.spec.heads_kv;
   s.head_dim = c.spec.head_dim;
+  s.head_dim_v = c.spec.head_dim_v;
   s.causal = c.spec.causal;
   s.align = CausalAlign::bottom_right;
   s.window_left = c.spec.window_left;
@@ -283,10 +288,8 @@ CaseData contiguous_case(const PagedCase& c, DType dtype) {
   for (std::int64_t b = 0; b < c.spec.batch(); ++b) {
     for (std::int64_t t = 0; t < c.spec.seq_lens[std::size_t(b)]; ++t) {
       for (std::int64_t h = 0; h < c.spec.heads_kv; ++h) {
-        for (std::int64_t e = 0; e < c.spec.head_dim; ++e) {
-          k.push_back(c.k_at(b, t, h, e));
-          v.push_back(c.v_at(b, t, h, e));
-        }
+        for (std::int64_t e = 0; e < c.spec.head_dim; ++e) k.push_back(c.k_at(b, t, h, e));
+        for (std::int64_t e = 0; e < c.spec.dim_v(); ++e) v.push_back(c.v_at(b, t, h, e));
       }
     }
   }

@@ -20,6 +20,7 @@ struct PagedSpec {
   DType q_dtype = DType::bf16;
   std::int64_t page_size = 16;
   std::int64_t heads_q = 4, heads_kv = 1, head_dim = 32;
+  std::int64_t head_dim_v = 0;  // 0: same as head_dim
   std::vector<std::int64_t> seq_lens{1, 37, 300};
   // Queries per sequence (the last q_lens[b] tokens). Without `packed` all must be equal.
   std::vector<std::int64_t> q_lens{1, 1, 1};
@@ -33,6 +34,7 @@ struct PagedSpec {
   std::uint32_t seed = 1;
 
   std::int64_t batch() const { return std::int64_t(seq_lens.size()); }
+  std::int64_t dim_v() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   std::string name() const;
 };
 
@@ -43,7 +45,7 @@ struct PagedCase {
   HostTensor alibi_slopes;
   std::vector<std::vector<std::int32_t>> pages;  // page ids of each sequence, in token order
 
-  std::vector<std::int64_t> out_shape() const;  // like q
+  std::vector<std::int64_t> out_shape() const;  // like q, with the head dim of v
   std::vector<std::int64_t> lse_shape() const;  // [batch, heads_q, q_len] or [heads_q, total_q]
   PagedKV kv() const;
   PagedAttentionArgs args(const Tensor& out, const Tensor& lse, Algo algo, int num_splits) const;

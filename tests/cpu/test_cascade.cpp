@@ -217,6 +217,12 @@ TEST_F(CascadeValidation, LevelCachesAreNamed) {
   a = args();
   a.suffix.seq_lens = short_lens;
   fails(a, "suffix.seq_lens[1]", "query tokens");
+  std::vector<std::int64_t> wide = c.suffix_k.shape();
+  wide[3] += 8;
+  HostTensor wide_v(c.suffix_k.dtype(), wide);
+  a = args();
+  a.suffix.v_pages = wide_v;
+  fails(a, "suffix.v_pages.shape[3]", "cascade needs d_v = d");
 }
 
 TEST_F(CascadeValidation, OutputsAndWorkspace) {

@@ -152,6 +152,15 @@ TEST(PagedLayouts, F32CacheAndHeadDim128) {
   check_case(s);
 }
 
+TEST(PagedLayouts, ValueHeadDimDiffersFromKeys) {
+  PagedSpec s = decode_spec();
+  s.head_dim = 96;
+  s.head_dim_v = 40;  // not a multiple of the 16 lanes either
+  s.q_lens = {2, 2, 2};
+  s.seq_lens = {2, 100, 517};
+  check_case(s);
+}
+
 TEST(PagedSplits, SplitAndUnsplitAgreeAndPlanChooses) {
   PagedSpec s = decode_spec();
   s.seq_lens = {2000};

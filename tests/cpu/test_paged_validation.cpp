@@ -89,10 +89,17 @@ TEST_F(PagedValidation, PageSizeNotAPowerOfTwo) {
 }
 
 TEST_F(PagedValidation, VPagesShapeDiffers) {
-  HostTensor v(DType::bf16, {c.num_pages, 4, 2, 16});
+  HostTensor v(DType::bf16, {c.num_pages, 4, 1, 8});
   auto a = args();
   a.kv.v_pages = v;
-  fails(a, "kv.v_pages.shape[3]", "as k_pages");
+  fails(a, "kv.v_pages.shape[2]", "as k_pages");
+}
+
+TEST_F(PagedValidation, OutHasTheHeadDimOfV) {
+  HostTensor v(DType::bf16, {c.num_pages, 4, 2, 16});  // d_v = 16 is allowed; out keeps d = 8
+  auto a = args();
+  a.kv.v_pages = v;
+  fails(a, "out.shape[3]", "head dim of v");
 }
 
 TEST_F(PagedValidation, VPagesDtypeDiffers) {
@@ -281,12 +288,18 @@ TEST_F(PagedValidation, PackedQueries) {
 
 TEST_F(PagedValidation, CpuHeadDimLimit) {
   PagedSpec s = small_spec();
-  s.head_dim = 520;
   s.seq_lens = {2, 2};
+  s.head_dim = 1040;
   const PagedCase big = make_paged_case(s);
   HostTensor o(DType::f32, big.out_shape());
   expect_error([&] { paged_attention(big.args(o, Tensor(), Algo::automatic, 1)); }, "q.shape[-1]",
-               "520");
+               "1040");
+  s.head_dim = 64;
+  s.head_dim_v = 1040;
+  const PagedCase wide_v = make_paged_case(s);
+  HostTensor ov(DType::f32, wide_v.out_shape());
+  expect_error([&] { paged_attention(wide_v.args(ov, Tensor(), Algo::automatic, 1)); },
+               "kv.v_pages.shape[3]", "1040");
 }
 
 TEST_F(PagedValidation, CpuAlgos) {
@@ -363,6 +376,13 @@ TEST_F(AppendValidation, NewRowsShape) {
   append_fails(a, "v_new.shape[2]", "as k_new");
   a.v_new = k;
   append_fails(a, "k_new.shape[2]", "KV heads of the pages");
+}
+
+TEST_F(AppendValidation, NewValuesHaveTheHeadDimOfVPages) {
+  HostTensor v(DType::bf16, {2, 3, 2, 16});
+  auto a = append_args(c);
+  a.v_new = v;
+  append_fails(a, "v_new.shape[3]", "head dim of kv.v_pages");
 }
 
 TEST_F(AppendValidation, NewRowsDtype) {

@@ -5,8 +5,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "core/problem.hpp"
+#include "core/validate.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device.hpp"
 #include "cuda/common/dtype.cuh"
@@ -86,6 +88,10 @@ AppendSide side_of(const Tensor& src, const Tensor& pages, const Tensor& scale) 
 
 void append_kv(const AppendKVArgs& args, const core::AppendDims& dims) {
   current_device_capability("k_new", args.k_new.device());
+  if (dims.head_dim_v != dims.head_dim) {  // one element index walks both sides
+    core::fail("v_new.shape[3]", std::to_string(dims.head_dim) + " (the head dim of k_new) on cuda",
+               std::to_string(dims.head_dim_v));
+  }
   const PagedKV& kv = args.kv;
   AppendParams p{};
   p.side[0] = side_of(args.k_new, kv.k_pages, dims.fp8_kv ? kv.k_scale : Tensor());
