@@ -10,4 +10,5 @@
 #include "flashkit/mla.hpp"
 #include "flashkit/paged.hpp"
 #include "flashkit/radix_cache.hpp"
+#include "flashkit/rotary.hpp"
 #include "flashkit/tensor.hpp"

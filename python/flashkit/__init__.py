@@ -7,7 +7,7 @@
                                            block_table=table, causal=True)  # paged decode
 
 With torch installed, the custom ops torch.ops.flashkit.fwd / bwd / merge / paged_fwd /
-cascade_fwd / append_kv / mla_fwd / mla_append are registered on import (autograd, torch.compile and CUDA graphs work through them).
+cascade_fwd / append_kv / mla_fwd / mla_append / rotary / rotary_ are registered on import (autograd, torch.compile and CUDA graphs work through them).
 Without torch the numpy functions work on the CPU backend.
 """
 
@@ -31,6 +31,7 @@ from .kvcache import (
     plan_paged_split,
 )
 from .mla import flash_mla_with_kvcache, mla_append, mla_decode
+from .rotary import apply_rotary, apply_rotary_emb
 
 __version__ = _flashkit.version()
 
@@ -61,6 +62,8 @@ __all__ = [
     "FlashkitError",
     "KVCacheManager",
     "append_kv",
+    "apply_rotary",
+    "apply_rotary_emb",
     "attention",
     "attention_backward",
     "cascade_attention",

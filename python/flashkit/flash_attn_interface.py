@@ -5,8 +5,8 @@ slices are strided views the kernels take as they are.
 
 FA2 semantics kept: causal is aligned bottom-right, window_size=(left, right) counts keys on each
 side of the diagonal, alibi_slopes add -slope * |i + seqlen_k - seqlen_q - j|. What flashkit does
-not implement raises NotImplementedError rather than being ignored: dropout, returning the
-attention probabilities, and flash_attn_with_kvcache's rotary embedding.
+not implement raises NotImplementedError rather than being ignored: dropout and returning the
+attention probabilities.
 """
 
 from __future__ import annotations
@@ -201,13 +201,18 @@ def flash_attn_with_kvcache(
     cache_seqlens first; attention then covers cache_seqlens + seqlen_new keys, the queries being
     the last tokens (causal is bottom-right aligned). num_splits=0 lets flashkit choose the key
     split. Returns out like q, and softmax_lse [batch, heads, seqlen_q] with return_softmax_lse.
+
+    rotary_cos / rotary_sin [seqlen_ro, rotary_dim / 2] (with k and v): k is rotated at positions
+    cache_seqlens + i before it is appended, and q at the same positions under a causal or local
+    mask, else every query at cache_seqlens; pairs (2i, 2i + 1) with rotary_interleaved, else
+    (i, i + rotary_dim / 2). q and k themselves are left as they are.
     """
-    del rotary_interleaved  # only meaningful with rotary_cos / rotary_sin
-    for name, value in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
-        if value is not None:
-            raise NotImplementedError(
-                f"{name}: flashkit's flash_attn_with_kvcache does not support it (pass None)"
-            )
+    rotary = None
+    if rotary_cos is not None or rotary_sin is not None:
+        if rotary_cos is None or rotary_sin is None:
+            missing = "rotary_cos" if rotary_cos is None else "rotary_sin"
+            raise ValueError(f"{missing}: expected a table when the other one is given, got None")
+        rotary = (rotary_cos, rotary_sin, bool(rotary_interleaved))
     if (k is None) != (v is None):
         raise ValueError(f"{'v' if v is None else 'k'}: expected a tensor when the other is given")
     return attention_with_kvcache(
@@ -227,4 +232,5 @@ def flash_attn_with_kvcache(
         alibi_slopes=alibi_slopes,
         num_splits=num_splits,
         return_softmax_lse=return_softmax_lse,
+        rotary=rotary,
     )

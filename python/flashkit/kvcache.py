@@ -23,6 +23,7 @@ import numpy as np
 from . import _arrays, _flashkit
 from ._numpy_backend import max_seqlen
 from ._settings import cascade_options, make_settings
+from .rotary import apply_rotary
 
 if _arrays.torch is not None:
     from . import _paged_torch
@@ -421,8 +422,10 @@ def attention_with_kvcache(
     alibi_slopes,
     num_splits,
     return_softmax_lse,
+    rotary=None,
 ):
-    """flash_attn_with_kvcache's semantics (see flashkit.flash_attn_with_kvcache)."""
+    """flash_attn_with_kvcache's semantics (see flashkit.flash_attn_with_kvcache); rotary:
+    (cos, sin, interleaved) or None."""
     torch_arrays = _arrays.array_kind(q=q, k_cache=k_cache, v_cache=v_cache) == "torch"
     _arrays.expect_ndim("q", q, 4, "[batch, seqlen_q, heads, head_dim]")
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -454,6 +457,14 @@ def attention_with_kvcache(
     if isinstance(cache_seqlens, int):
         cache_seqlens = [cache_seqlens] * batch
     cache_seqlens = _int32(cache_seqlens, torch_arrays, device)
+    if rotary is not None:
+        if k is None:
+            raise ValueError(
+                "rotary_cos: expected None without k and v (the rotation applies to the appended "
+                "keys and their queries), got a table"
+            )
+        local = tuple(window_size) != (-1, -1)
+        q, k = _rotate_new_tokens(q, k, cache_seqlens, rotary, causal or local)
     if cache_leftpad is not None:
         block_table, cache_seqlens = _skip_left_padding(
             block_table, cache_seqlens, cache_leftpad, torch_arrays, device
@@ -476,6 +487,22 @@ def attention_with_kvcache(
         num_splits=num_splits,
         return_lse=return_softmax_lse,
     )
+
+
+def _rotate_new_tokens(q, k, cache_seqlens, rotary, per_token_queries):
+    """q and k rotated as FlashAttention's flash_attn_with_kvcache does: new key i of sequence
+    b at position cache_seqlens[b] + i (its slot in the cache, left padding included); queries
+    likewise under a causal or local mask, else all at cache_seqlens[b]."""
+    cos, sin, interleaved = rotary
+    k = apply_rotary(k, cos, sin, seqlen_offsets=cache_seqlens, interleaved=interleaved)
+    if per_token_queries:
+        return apply_rotary(q, cos, sin, seqlen_offsets=cache_seqlens, interleaved=interleaved), k
+    shape = (q.shape[0], q.shape[1])
+    if _arrays.is_torch(q):
+        at_length = cache_seqlens[:, None].expand(shape)
+    else:
+        at_length = np.broadcast_to(cache_seqlens[:, None], shape)
+    return apply_rotary(q, cos, sin, position_ids=at_length, interleaved=interleaved), k
 
 
 # --- the cache manager ------------------------------------------------------------------------

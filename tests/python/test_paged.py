@@ -345,14 +345,6 @@ def test_kvcache_strided_cache_is_refused(rng):
         flashkit.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=3)
 
 
-@pytest.mark.parametrize("name", ["rotary_cos", "rotary_sin"])
-def test_kvcache_unsupported_arguments(rng, name):
-    k_cache = randn(rng, 1, 16, 1, 8, dtype=np.float32)
-    q = randn(rng, 1, 1, 1, 8, dtype=np.float32)
-    with pytest.raises(NotImplementedError, match=name):
-        flashkit.flash_attn_with_kvcache(q, k_cache, k_cache, **{name: np.zeros(1)})
-
-
 def test_errors_name_the_argument(rng):
     seq_lens = np.array([5, 20], dtype=np.int32)
     k_pages, v_pages, table = make_cache(rng, seq_lens, 4, 1, 8)
