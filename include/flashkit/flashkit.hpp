@@ -10,5 +10,6 @@
 #include "flashkit/mla.hpp"
 #include "flashkit/paged.hpp"
 #include "flashkit/radix_cache.hpp"
+#include "flashkit/ring.hpp"
 #include "flashkit/rotary.hpp"
 #include "flashkit/tensor.hpp"

@@ -1,0 +1,138 @@
+// The in-process ring: ranks are threads of this process sharing CPU memory. A shift is two
+// barriers: every rank posts its send and recv buffers, all check every rank's pair (so a
+// mismatch throws on every rank alike, and none is left waiting), each copies from its left
+// neighbour's send buffer, and the second barrier keeps senders from reusing a buffer that is
+// still being read.
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "flashkit/error.hpp"
+#include "flashkit/ring.hpp"
+
+namespace flashkit {
+
+namespace {
+
+std::string num(std::int64_t v) {
+  return std::to_string(v);
+}
+
+std::int64_t bytes_of(const Tensor& t) {
+  return t.numel() * std::int64_t(dtype_size(t.dtype()));
+}
+
+bool overlap(const Tensor& a, const Tensor& b) {
+  const auto* a0 = static_cast<const char*>(a.data());
+  const auto* b0 = static_cast<const char*>(b.data());
+  return a0 < b0 + bytes_of(b) && b0 < a0 + bytes_of(a) && bytes_of(a) > 0 && bytes_of(b) > 0;
+}
+
+class RingState {
+ public:
+  explicit RingState(int ranks)
+      : ranks_(ranks), send_(std::size_t(ranks)), recv_(std::size_t(ranks)) {}
+
+  void shift(int rank, const Tensor& send, const Tensor& recv) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    send_[std::size_t(rank)] = send;
+    recv_[std::size_t(rank)] = recv;
+    arrive_and_wait(lock);
+    check_posted();
+    const Tensor& from = send_[std::size_t((rank + ranks_ - 1) % ranks_)];
+    lock.unlock();
+    if (bytes_of(recv) > 0) std::memcpy(recv.data(), from.data(), std::size_t(bytes_of(recv)));
+    lock.lock();
+    arrive_and_wait(lock);
+  }
+
+  void abort() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborted_ = true;
+    wake_.notify_all();
+  }
+
+ private:
+  void arrive_and_wait(std::unique_lock<std::mutex>& lock) {
+    throw_if_aborted();
+    const std::uint64_t generation = generation_;
+    if (++arrived_ == ranks_) {
+      arrived_ = 0;
+      ++generation_;
+      wake_.notify_all();
+      return;
+    }
+    wake_.wait(lock, [&] { return aborted_ || generation_ != generation; });
+    // A barrier that completed counts even if a rank aborted right after leaving it.
+    if (generation_ == generation) throw_if_aborted();
+  }
+
+  void throw_if_aborted() const {
+    if (aborted_) throw Error("ring: another rank's call failed, so this shift was abandoned");
+  }
+
+  // Every rank sees every pair: contiguous, the same size and dtype everywhere, no receive buffer
+  // overlapping a buffer that some rank sends.
+  void check_posted() const {
+    const Tensor& first = send_[0];
+    for (int r = 0; r < ranks_; ++r) {
+      for (const Tensor* t : {&send_[std::size_t(r)], &recv_[std::size_t(r)]}) {
+        const std::string name =
+            std::string(t == &send_[std::size_t(r)] ? "send" : "recv") + " of rank " + num(r);
+        if (!t->is_contiguous() || !t->device().is_cpu()) {
+          throw Error("ring shift", "contiguous CPU tensors on every rank", name + " is not");
+        }
+        if (t->dtype() != first.dtype() || t->numel() != first.numel()) {
+          throw Error("ring shift",
+                      "one dtype and size on every rank (rank 0 sends " + num(first.numel()) + " " +
+                          dtype_name(first.dtype()) + ")",
+                      num(t->numel()) + " " + dtype_name(t->dtype()) + " in the " + name);
+        }
+      }
+      for (int s = 0; s < ranks_; ++s) {
+        if (overlap(recv_[std::size_t(r)], send_[std::size_t(s)])) {
+          throw Error("ring shift", "receive buffers apart from every send buffer",
+                      "rank " + num(r) + "'s recv overlapping rank " + num(s) + "'s send");
+        }
+      }
+    }
+  }
+
+  const int ranks_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  int arrived_ = 0;
+  std::uint64_t generation_ = 0;
+  bool aborted_ = false;
+  std::vector<Tensor> send_, recv_;
+};
+
+class InProcessRank : public RingCommunicator {
+ public:
+  InProcessRank(std::shared_ptr<RingState> state, int rank, int size)
+      : state_(std::move(state)), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void shift(const Tensor& send, const Tensor& recv) override { state_->shift(rank_, send, recv); }
+  void abort() override { state_->abort(); }
+
+ private:
+  std::shared_ptr<RingState> state_;
+  int rank_, size_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<RingCommunicator>> make_in_process_ring(int ranks) {
+  if (ranks < 1) throw Error("ranks", ">= 1", num(ranks));
+  auto state = std::make_shared<RingState>(ranks);
+  std::vector<std::unique_ptr<RingCommunicator>> ring;
+  for (int r = 0; r < ranks; ++r) ring.push_back(std::make_unique<InProcessRank>(state, r, ranks));
+  return ring;
+}
+
+}  // namespace flashkit

@@ -1,0 +1,40 @@
+#include <string>
+
+#include "dist/ring_plan.hpp"
+#include "flashkit/error.hpp"
+
+namespace flashkit {
+
+namespace dist {
+
+std::vector<Chunk> shard_chunks(RingLayout layout, int ranks, int rank, std::int64_t local_seqlen) {
+  if (layout == RingLayout::contiguous) return {{0, local_seqlen, rank}};
+  const std::int64_t half = local_seqlen / 2;
+  return {{0, half, rank}, {half, half, 2 * std::int64_t(ranks) - 1 - rank}};
+}
+
+Visibility visibility(bool causal, const Chunk& q, const Chunk& kv) {
+  if (!causal || kv.global < q.global) return Visibility::full;
+  return kv.global == q.global ? Visibility::diagonal : Visibility::none;
+}
+
+}  // namespace dist
+
+std::int64_t ring_global_position(RingLayout layout, int ranks, int rank, std::int64_t local_seqlen,
+                                  std::int64_t t) {
+  if (ranks < 1 || rank < 0 || rank >= ranks) {
+    throw Error("rank",
+                "0.." + std::to_string(ranks - 1) + " of " + std::to_string(ranks) + " ranks",
+                std::to_string(rank));
+  }
+  if (t < 0 || t >= local_seqlen) {
+    throw Error("t", "0.." + std::to_string(local_seqlen - 1), std::to_string(t));
+  }
+  for (const dist::Chunk& c : dist::shard_chunks(layout, ranks, rank, local_seqlen)) {
+    if (t < c.local_start + c.len) return c.global * c.len + (t - c.local_start);
+  }
+  // zigzag with an odd local_seqlen: the last row belongs to no chunk.
+  throw Error("local_seqlen", "an even length for the zigzag layout", std::to_string(local_seqlen));
+}
+
+}  // namespace flashkit

@@ -1,0 +1,37 @@
+// What ring attention's steps are made of: the chunks of a shard (where they sit in it and where
+// in the global sequence), which chunk pairs a causal mask lets meet, and the CPU loops that
+// merge, add and copy the partial results (ring_steps.cpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "flashkit/ring.hpp"
+
+namespace flashkit::dist {
+
+// Rows [local_start, local_start + len) of a shard: global chunk `global` (chunks are numbered
+// in sequence order and all have the same length, so causality compares their numbers).
+struct Chunk {
+  std::int64_t local_start, len, global;
+};
+std::vector<Chunk> shard_chunks(RingLayout layout, int ranks, int rank, std::int64_t local_seqlen);
+
+enum class Visibility : std::uint8_t { none, diagonal, full };
+Visibility visibility(bool causal, const Chunk& q, const Chunk& kv);
+
+// Rows [start, start + len) of a [batch, L, heads, d] tensor, or columns of a [batch, heads, L]
+// lse.
+Tensor rows_of(const Tensor& t, std::int64_t start, std::int64_t len);
+Tensor lse_columns(const Tensor& lse, std::int64_t start, std::int64_t len);
+
+// (acc_o, acc_lse) absorbs (part_o, part_lse), both states of the same query rows over disjoint
+// keys (core::merge_weights): f32 [batch, n, heads, d] and [batch, heads, n] views.
+void merge_partial(const Tensor& acc_o, const Tensor& acc_lse, const Tensor& part_o,
+                   const Tensor& part_lse);
+// acc += part, f32 [batch, n, heads, d] views.
+void add_into(const Tensor& acc, const Tensor& part);
+// dst = src element by element (rank 3 or 4, any float dtypes, rounded to dst's).
+void copy_into(const Tensor& dst, const Tensor& src);
+
+}  // namespace flashkit::dist

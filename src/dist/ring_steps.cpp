@@ -1,0 +1,89 @@
+// The CPU loops between ring attention's attention calls. Views are small (a shard's rows), so
+// plain loops over strides; the attention calls hold the time.
+#include <cstdint>
+
+#include "core/numeric.hpp"
+#include "core/softmax_state.hpp"
+#include "dist/ring_plan.hpp"
+
+namespace flashkit::dist {
+
+namespace {
+
+char* shifted(const Tensor& t, std::int64_t elems) {
+  return static_cast<char*>(t.data()) + elems * std::int64_t(dtype_size(t.dtype()));
+}
+
+std::int64_t at(const Tensor& t, std::int64_t b, std::int64_t i, std::int64_t h, std::int64_t e) {
+  return b * t.stride(0) + i * t.stride(1) + h * t.stride(2) + e * t.stride(3);
+}
+
+}  // namespace
+
+Tensor rows_of(const Tensor& t, std::int64_t start, std::int64_t len) {
+  return Tensor(shifted(t, start * t.stride(1)), t.dtype(), {t.size(0), len, t.size(2), t.size(3)},
+                {t.stride(0), t.stride(1), t.stride(2), t.stride(3)}, t.device());
+}
+
+Tensor lse_columns(const Tensor& lse, std::int64_t start, std::int64_t len) {
+  return Tensor(shifted(lse, start * lse.stride(2)), lse.dtype(), {lse.size(0), lse.size(1), len},
+                {lse.stride(0), lse.stride(1), lse.stride(2)}, lse.device());
+}
+
+void merge_partial(const Tensor& acc_o, const Tensor& acc_lse, const Tensor& part_o,
+                   const Tensor& part_lse) {
+  auto* ao = acc_o.data_as<float>();
+  auto* al = acc_lse.data_as<float>();
+  const auto* po = part_o.data_as<const float>();
+  const auto* pl = part_lse.data_as<const float>();
+  for (std::int64_t b = 0; b < acc_o.size(0); ++b) {
+    for (std::int64_t i = 0; i < acc_o.size(1); ++i) {
+      for (std::int64_t h = 0; h < acc_o.size(2); ++h) {
+        float& lse = al[b * acc_lse.stride(0) + h * acc_lse.stride(1) + i * acc_lse.stride(2)];
+        const float part =
+            pl[b * part_lse.stride(0) + h * part_lse.stride(1) + i * part_lse.stride(2)];
+        const auto w = core::merge_weights(double(lse), double(part));
+        if (w.w_b == 0.0) continue;  // the part saw no key: its o may hold anything
+        for (std::int64_t e = 0; e < acc_o.size(3); ++e) {
+          float& o = ao[at(acc_o, b, i, h, e)];
+          o = float(w.w_a * double(o) + w.w_b * double(po[at(part_o, b, i, h, e)]));
+        }
+        lse = float(w.lse);
+      }
+    }
+  }
+}
+
+void add_into(const Tensor& acc, const Tensor& part) {
+  auto* a = acc.data_as<float>();
+  const auto* p = part.data_as<const float>();
+  for (std::int64_t b = 0; b < acc.size(0); ++b) {
+    for (std::int64_t i = 0; i < acc.size(1); ++i) {
+      for (std::int64_t h = 0; h < acc.size(2); ++h) {
+        for (std::int64_t e = 0; e < acc.size(3); ++e)
+          a[at(acc, b, i, h, e)] += p[at(part, b, i, h, e)];
+      }
+    }
+  }
+}
+
+void copy_into(const Tensor& dst, const Tensor& src) {
+  const bool rank3 = dst.rank() == 3;  // lse [batch, heads, n]
+  const std::int64_t n3 = rank3 ? 1 : dst.size(3);
+  for (std::int64_t b = 0; b < dst.size(0); ++b) {
+    for (std::int64_t i = 0; i < dst.size(1); ++i) {
+      for (std::int64_t h = 0; h < dst.size(2); ++h) {
+        for (std::int64_t e = 0; e < n3; ++e) {
+          const std::int64_t s = b * src.stride(0) + i * src.stride(1) + h * src.stride(2) +
+                                 (rank3 ? 0 : e * src.stride(3));
+          const std::int64_t d = b * dst.stride(0) + i * dst.stride(1) + h * dst.stride(2) +
+                                 (rank3 ? 0 : e * dst.stride(3));
+          core::store_from_double(dst.data(), dst.dtype(), d,
+                                  core::load_as_double(src.data(), src.dtype(), s));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace flashkit::dist
