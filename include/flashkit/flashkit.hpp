@@ -4,6 +4,7 @@
 #include "flashkit/attention.hpp"
 #include "flashkit/cascade.hpp"
 #include "flashkit/error.hpp"
+#include "flashkit/fp8.hpp"
 #include "flashkit/info.hpp"
 #include "flashkit/kv_cache.hpp"
 #include "flashkit/memory.hpp"

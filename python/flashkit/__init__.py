@@ -30,6 +30,7 @@ from .kvcache import (
     paged_attention,
     plan_paged_split,
 )
+from .fp8 import attention_fp8, hadamard_transform, quantize_fp8
 from .mla import flash_mla_with_kvcache, mla_append, mla_decode
 from .rotary import apply_rotary, apply_rotary_emb
 
@@ -66,6 +67,7 @@ __all__ = [
     "apply_rotary_emb",
     "attention",
     "attention_backward",
+    "attention_fp8",
     "cascade_attention",
     "flash_attn_func",
     "flash_attn_kvpacked_func",
@@ -75,12 +77,14 @@ __all__ = [
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache",
     "flash_mla_with_kvcache",
+    "hadamard_transform",
     "info",
     "merge_states",
     "mla_append",
     "mla_decode",
     "paged_attention",
     "plan_paged_split",
+    "quantize_fp8",
     "release_scratch_memory",
     "scratch_memory",
 ]

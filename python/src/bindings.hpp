@@ -15,6 +15,8 @@ void bind_info(nanobind::module_& m);
 void bind_paged(nanobind::module_& m);
 // mla_decode, mla_append.
 void bind_mla(nanobind::module_& m);
+// quantize_fp8, hadamard_transform, attention_fp8.
+void bind_fp8(nanobind::module_& m);
 // apply_rotary.
 void bind_rotary(nanobind::module_& m);
 // cascade_attention, cascade_workspace_elems.

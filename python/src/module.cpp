@@ -10,6 +10,7 @@ NB_MODULE(_flashkit, m) {
   flashkit::python::bind_paged(m);
   flashkit::python::bind_mla(m);
   flashkit::python::bind_rotary(m);
+  flashkit::python::bind_fp8(m);
   flashkit::python::bind_cascade(m);
   flashkit::python::bind_cache(m);
 }
