@@ -191,3 +191,49 @@ def test_torch_cuda_tensors_are_refused_by_name(rng):
     )
     with pytest.raises(ValueError, match="q.device: expected cpu"):
         flashkit.mla_decode(q, pages, table, lens, softmax_scale=m.scale, latent_dim=m.latent)
+
+
+def test_deepseek_decode_step_with_decoupled_rope(rng):
+    """A DeepSeek-style layer end to end from flashkit's pieces: the rotary part of each new
+    key is rotated at its position before mla_append, the queries' rotary part at theirs
+    (bottom-right: the last q_len positions), and the absorbed decode equals plain causal MHA
+    whose keys and queries carry the same decoupled rotary parts."""
+    heads, latent, rope, nope, page = 4, 32, 8, 16, 8
+    lens = np.array([5, 12], dtype=np.int32)  # cached tokens before this step
+    new = 2  # tokens decoded this step
+    m = Model(rng, seq_lens=list(lens + new), q_lens=[new, new], page_size=page)
+    angle = np.arange(32)[:, None] * 10000.0 ** (-2.0 * np.arange(rope // 2) / rope)
+    cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+
+    # The cache: every token's latent, and its rotary key rotated at its own position.
+    raw = m.rows()  # [total_k, width]: rotary columns not yet rotated
+    pages = np.full_like(m.pages, np.nan)
+    start = 0
+    for b, n in enumerate(lens + new):
+        rows = raw[start : start + n].astype(np.float32)[None].copy()
+        rows[..., latent:] = flashkit.apply_rotary(rows[:, :, None, latent:], cos, sin)[:, :, 0]
+        flashkit.mla_append(rows, np.array([0], np.int32), pages, m.table[b : b + 1])
+        start += n
+    # The queries: absorbed latent part, and the rotary part rotated at positions len .. len + 1.
+    q = m.q.reshape(2, new, heads, -1).copy()
+    q[..., latent:] = flashkit.apply_rotary(q[..., latent:], cos, sin, seqlen_offsets=lens)
+    out = flashkit.mla_decode(
+        q, pages, m.table, lens + new, softmax_scale=m.scale, latent_dim=latent, causal=True
+    )
+
+    # The same layer as plain MHA: rotary parts rotated at the same positions.
+    positions = np.concatenate([np.arange(n) for n in lens + new])
+    m.pages = pages  # the rows as cached, rotary keys rotated
+    q_positions = np.concatenate([lens[b] + np.arange(new) for b in range(2)])
+    c, s = cos[q_positions][:, None], sin[q_positions][:, None]
+    x1, x2 = m.q_rope[..., : rope // 2], m.q_rope[..., rope // 2 :]
+    m.q_rope = np.concatenate([x1 * c - x2 * s, x1 * s + x2 * c], axis=-1)
+    want = m.expanded(causal=True)
+    cached = m.rows()  # each key's rotary part rotated at its own position, latent untouched
+    c, s = cos[positions], sin[positions]
+    k1, k2 = raw[:, latent : latent + rope // 2], raw[:, latent + rope // 2 :]
+    np.testing.assert_allclose(
+        cached[:, latent:], np.hstack([k1 * c - k2 * s, k1 * s + k2 * c]), atol=1e-6
+    )
+    np.testing.assert_array_equal(cached[:, :latent], raw[:, :latent])
+    np.testing.assert_allclose(m.project(out.reshape(-1, heads, latent)), want, atol=2e-5, rtol=0)
