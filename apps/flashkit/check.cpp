@@ -1,6 +1,7 @@
 // `flashkit check`: a few seconds of self-test on the machine at hand — every algorithm of every
 // device the command can drive, against the fp64 oracle (Algo::reference), on fresh random inputs
-// and outputs poisoned with NaN, over masks, dtypes, GQA and varlen.
+// and outputs poisoned with NaN, over masks, dtypes, GQA and varlen; then the features built on
+// attention (check_features.cpp).
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "check_features.hpp"
 #include "commands.hpp"
 #include "flashkit/attention.hpp"
 #include "flashkit/info.hpp"
@@ -209,6 +211,7 @@ int run_check() {
       if (!check_one(c, in, algo)) ++failures;
     }
   }
+  failures += run_feature_checks(rng);
   for (const DeviceInfo& d : devices()) {
     if (d.backend != "cpu") {
       std::printf("SKIP %s: the flashkit command cannot drive %s memory yet\n", d.name.c_str(),

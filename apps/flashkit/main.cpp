@@ -23,7 +23,7 @@ constexpr const char* kUsage = R"(usage: flashkit <command> [options]
 
 commands:
   bench      time naive against flash attention over growing N (the attention lineage)
-  check      self-test every algorithm against the fp64 oracle (a few seconds)
+  check      self-test every algorithm, and MLA, FP8, ring and rotary, against slower paths
   info       version, build options, backends and devices
   serve-sim  simulate a decode server's paged KV cache with radix prefix reuse
 

@@ -30,7 +30,7 @@ struct QuantizeFp8Args {
 // y = x H along the head dim (rows of d, a power of two, elements, scaled by 1 / sqrt(d) so that
 // H is orthonormal); y may be x. Applying it twice gives x back.
 struct HadamardArgs {
-  Tensor x, out;  // [batch, seqlen, heads, d]: f32, f16 or bf16
+  Tensor x, out;  // [batch, seqlen, heads, d]: f32, f16 or bf16 (out also f64)
   void* stream = nullptr;
 };
 
@@ -44,7 +44,7 @@ struct Fp8AttentionArgs {
   bool rotated = false;
   std::optional<float> softmax_scale;  // default 1/sqrt(d)
   Mask mask;
-  Tensor out;                   // [batch, seqlen_q, heads_q, d_v]: f32, f16 or bf16
+  Tensor out;                   // [batch, seqlen_q, heads_q, d_v]: f32, f16, bf16 or f64
   Tensor lse;                   // optional, as in attention_forward
   Algo algo = Algo::automatic;  // automatic (fp32 tiles) or reference (fp64) on dequantized values
   void* stream = nullptr;

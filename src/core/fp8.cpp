@@ -78,7 +78,7 @@ void hadamard_transform(const HadamardArgs& a) {
   expect_tensor("x", a.x, 4, device, "x");
   core::expect_dtype_in("x", a.x, {DType::f32, DType::f16, DType::bf16});
   expect_tensor("out", a.out, 4, device, "x");
-  core::expect_dtype_in("out", a.out, {DType::f32, DType::f16, DType::bf16});
+  core::expect_dtype_in("out", a.out, {DType::f64, DType::f32, DType::f16, DType::bf16});
   for (int i = 0; i < 4; ++i) expect_size("out", a.out, i, a.x.size(i), "as x");
   expect_power_of_two_dim("x", a.x, "(the order of the Hadamard matrix)");
   if (a.out.data() == a.x.data()) {

@@ -119,9 +119,12 @@ inline double load_as_double(const void* base, DType dtype, std::int64_t i) {
   return 0;
 }
 
-// Writes `value` rounded to `dtype` (f64, f32, f16, bf16).
+// Writes `value` rounded to `dtype` (f64, f32, f16, bf16; i32 truncated).
 inline void store_from_double(void* base, DType dtype, std::int64_t i, double value) {
   switch (dtype) {
+    case DType::i32:
+      static_cast<std::int32_t*>(base)[i] = std::int32_t(value);
+      return;
     case DType::f64:
       static_cast<double*>(base)[i] = value;
       return;
