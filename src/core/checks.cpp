@@ -15,6 +15,18 @@ std::string num(std::int64_t v) {
 // snprintf rather than an ostringstream: formatting a float through iostreams crashed inside
 // the Python module on the GPU machine (torch loaded in the same process), and error paths must
 // not crash.
+std::int64_t host_i32(const Tensor& t, std::int64_t i) {
+  return t.data_as<const std::int32_t>()[i * t.stride(0)];
+}
+
+void expect_cpu_only(const std::string& name, const Device& device, const std::string& what) {
+  if (!device.is_cpu()) {
+    fail(name + ".device",
+         "cpu (" + what + " runs on the CPU backend; its GPU path is not written yet)",
+         device.str());
+  }
+}
+
 void rethrow_as(const Error& e, const std::string& argument) {
   const std::string& arg = e.argument();
   const std::string what = e.what();  // "<arg>: expected <expected>, got <got>"

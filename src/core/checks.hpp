@@ -27,6 +27,10 @@ void expect_data(const std::string& name, const Tensor& t);
 // All of the above: defined, `rank`, on `device`, laid out, with data.
 void expect_tensor(const std::string& name, const Tensor& t, int rank, const Device& device,
                    const std::string& of = "q");
+// Element i of a host-resident 1-D i32 tensor (offsets, lengths, positions).
+std::int64_t host_i32(const Tensor& t, std::int64_t i);
+// `device` must be the CPU: calls whose GPU path is not written say so, naming `name`.device.
+void expect_cpu_only(const std::string& name, const Device& device, const std::string& what);
 // Throws `e` again about `argument` instead of e.argument(), keeping what it expected and got: a
 // call built on another call (cascade's levels, MLA's paged view) names its own arguments.
 [[noreturn]] void rethrow_as(const Error& e, const std::string& argument);

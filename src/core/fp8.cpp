@@ -21,13 +21,6 @@ using core::expect_tensor;
 using core::fail;
 using core::num;
 
-void expect_cpu(const std::string& name, const Device& device) {
-  if (!device.is_cpu()) {
-    fail(name + ".device", "cpu (FP8 attention runs on the CPU backend; no GPU kernel yet)",
-         device.str());
-  }
-}
-
 void expect_block_size(std::int64_t block_size) {
   if (block_size < 1) fail("block_size", ">= 1 tokens per scale", num(block_size));
 }
@@ -69,7 +62,7 @@ void quantize_fp8(const QuantizeFp8Args& a) {
   expect_block_size(a.block_size);
   expect_scale("scale", a.scale, a.x, "x", a.block_size);
   if (a.hadamard) expect_power_of_two_dim("x", a.x, "for the Hadamard rotation");
-  expect_cpu("x", device);
+  core::expect_cpu_only("x", device, "FP8 attention");
   cpu::quantize_fp8(a);
 }
 
@@ -86,7 +79,7 @@ void hadamard_transform(const HadamardArgs& a) {
     for (int i = 0; i < 4; ++i) same = same && a.out.stride(i) == a.x.stride(i);
     if (!same) fail("out", "x itself when it starts at x's address", "another view of it");
   }
-  expect_cpu("x", device);
+  core::expect_cpu_only("x", device, "FP8 attention");
   cpu::hadamard_transform(a);
 }
 
@@ -101,7 +94,7 @@ void attention_forward_fp8(const Fp8AttentionArgs& a) {
     expect_scale(std::string(name) + "_scale", *scale, *x, name, a.block_size);
   }
   if (a.rotated) expect_power_of_two_dim("v", a.v, "to rotate the output back");
-  expect_cpu("q", device);
+  core::expect_cpu_only("q", device, "FP8 attention");
 
   const Dense q(a.q, a.q.size(3)), k(a.k, a.k.size(3)), v(a.v, a.v.size(3));
   cpu::dequantize_fp8(a.q, a.q_scale, a.block_size, q.view);

@@ -83,14 +83,6 @@ void renaming_errors(Call&& call) {
   }
 }
 
-// The calls run on the CPU backend only; shapes are checked first on any device.
-void expect_cpu(const std::string& name, const Device& device) {
-  if (!device.is_cpu()) {
-    fail(name + ".device", "cpu (MLA runs on the CPU backend; it has no CUDA kernel yet)",
-         device.str());
-  }
-}
-
 }  // namespace
 
 void mla_decode(const MlaDecodeArgs& a) {
@@ -112,7 +104,7 @@ void mla_decode(const MlaDecodeArgs& a) {
          "a value (the model's 1/sqrt(qk_nope_dim + rope_dim); the row width does not give it)",
          "none");
   }
-  expect_cpu("q", device);
+  core::expect_cpu_only("q", device, "MLA");
 
   PagedAttentionArgs p;
   p.q = a.q;
@@ -137,7 +129,7 @@ void mla_append(const MlaAppendArgs& a) {
   expect_tensor("rows", a.rows, 3, device, "rows");
   expect_tensor("cache.pages", a.cache.pages, 3, device, "rows");
   expect_size("rows", a.rows, 2, a.cache.pages.size(2), "the width of a cache row");
-  expect_cpu("rows", device);
+  core::expect_cpu_only("rows", device, "MLA");
 
   AppendKVArgs p;
   p.k_new = one_head_rows(a.rows);

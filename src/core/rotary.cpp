@@ -20,11 +20,8 @@ namespace {
 using core::expect_size;
 using core::expect_tensor;
 using core::fail;
+using core::host_i32;
 using core::num;
-
-std::int64_t host_i32(const Tensor& t, std::int64_t i) {
-  return t.data_as<const std::int32_t>()[i * t.stride(0)];
-}
 
 // cu_seqlens i32 [batch + 1]; on the CPU: starting at 0, non-decreasing, within x's tokens.
 std::int64_t check_cu_seqlens(const RotaryArgs& a, const Device& device) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/checks.hpp"
 #include "core/numeric.hpp"
 #include "core/problem.hpp"
 #include "cpu/parallel.hpp"
@@ -14,16 +15,12 @@ namespace flashkit::cpu {
 
 namespace {
 
-std::int64_t host_i32(const Tensor& t, std::int64_t i) {
-  return t.data_as<const std::int32_t>()[i * t.stride(0)];
-}
-
 // Position of token i (of the sequence starting at packed row `start`) of sequence b.
 std::int64_t position(const RotaryArgs& a, const core::RotaryDims& d, std::int64_t b,
                       std::int64_t start, std::int64_t i) {
   switch (d.positions) {
     case core::RotaryPositions::offsets:
-      return host_i32(a.seqlen_offsets, b) + i;
+      return core::host_i32(a.seqlen_offsets, b) + i;
     case core::RotaryPositions::ids: {
       const Tensor& ids = a.position_ids;
       const std::int64_t at =
@@ -42,8 +39,8 @@ void apply_rotary(const RotaryArgs& a, const core::RotaryDims& d) {
   const std::int64_t half = d.rotary_dim / 2;
   parallel_for(d.batch * d.heads, [&](std::int64_t task) {
     const std::int64_t b = task / d.heads, h = task % d.heads;
-    const std::int64_t start = d.packed ? host_i32(a.cu_seqlens, b) : 0;
-    const std::int64_t len = d.packed ? host_i32(a.cu_seqlens, b + 1) - start : d.seqlen;
+    const std::int64_t start = d.packed ? core::host_i32(a.cu_seqlens, b) : 0;
+    const std::int64_t len = d.packed ? core::host_i32(a.cu_seqlens, b + 1) - start : d.seqlen;
     const tiled::HeadRows src = tiled::head_rows(a.x, lx, b, start, h);
     const tiled::HeadRows dst = tiled::head_rows(a.out, lo, b, start, h);
     std::vector<float> row(static_cast<std::size_t>(d.head_dim));

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/checks.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/ring.hpp"
 
@@ -18,9 +19,7 @@ namespace flashkit {
 
 namespace {
 
-std::string num(std::int64_t v) {
-  return std::to_string(v);
-}
+using core::num;
 
 std::int64_t bytes_of(const Tensor& t) {
   return t.numel() * std::int64_t(dtype_size(t.dtype()));

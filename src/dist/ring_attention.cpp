@@ -68,11 +68,7 @@ AttentionProblem shard_problem(const RingProblem& p) {
 
 // What the ring adds to the shard's own checks, none of which needs another rank.
 Shard check_local(const RingProblem& p, const Tensor& lse) {
-  if (!p.q.device().is_cpu()) {
-    fail("q.device",
-         "cpu (ring attention runs on the CPU backend; its NCCL path is not written yet)",
-         p.q.device().str());
-  }
+  core::expect_cpu_only("q", p.q.device(), "ring attention");
   if (!lse.defined()) fail("lse", "a tensor (the backward reads it)", "none");
   const Shard s{p.q.size(0), p.q.size(1), p.q.size(2), p.k.size(2), p.q.size(3), p.v.size(3)};
   core::expect_size("k", p.k, 1, s.len, "q's local length (every rank holds L queries and L keys)");

@@ -255,7 +255,7 @@ TEST(Fp8Errors, QuantizeArguments) {
       [&] {
         quantize_fp8({gpu_x, gpu_codes, gpu_scale, 4, false, nullptr});
       },
-      "x.device", "no GPU kernel yet");
+      "x.device", "its GPU path is not written yet");
 }
 
 TEST(Fp8Errors, AttentionArguments) {

@@ -253,7 +253,7 @@ TEST_F(MlaValidation, CudaTensorsAreRefusedByName) {
   a.cache.pages = Tensor(p.data(), p.dtype(), {p.size(0), p.size(1), p.size(2)}, gpu);
   const Tensor& o = out.view();
   a.out = Tensor(o.data(), o.dtype(), {o.size(0), o.size(1), o.size(2), o.size(3)}, gpu);
-  fails(a, "q.device", "no CUDA kernel yet");
+  fails(a, "q.device", "its GPU path is not written yet");
 }
 
 TEST_F(MlaValidation, AppendErrors) {
