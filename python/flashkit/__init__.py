@@ -31,7 +31,7 @@ from .kvcache import (
     plan_paged_split,
 )
 from .fp8 import attention_fp8, hadamard_transform, quantize_fp8
-from .mla import flash_mla_with_kvcache, mla_append, mla_decode
+from .mla import MlaCacheManager, flash_mla_with_kvcache, mla_append, mla_decode
 from .rotary import apply_rotary, apply_rotary_emb
 
 __version__ = _flashkit.version()
@@ -62,6 +62,7 @@ def release_scratch_memory() -> None:
 __all__ = [
     "FlashkitError",
     "KVCacheManager",
+    "MlaCacheManager",
     "append_kv",
     "apply_rotary",
     "apply_rotary_emb",

@@ -508,38 +508,15 @@ def _rotate_new_tokens(q, k, cache_seqlens, rotary, per_token_queries):
 # --- the cache manager ------------------------------------------------------------------------
 
 
-class KVCacheManager:
-    """The pages of a paged KV cache and the allocator that hands them to sequences.
+class PagedSequences:
+    """The sequences of a paged cache and the BlockAllocator that hands them pages: what
+    KVCacheManager and MlaCacheManager share. Subclasses own the page arrays (`_pages`, those
+    copy-on-write copies) and say whether they are torch tensors (`_torch`, `_device`)."""
 
-        cache = KVCacheManager(num_pages=1024, page_size=16, kv_heads=8, head_dim=128)
-        seq = cache.create()
-        cache.append([seq], k, v)                # k, v [1, n_new, kv_heads, head_dim]
-        out = cache.attention([seq], q)          # q [1, q_len, heads_q, head_dim]
-        child = cache.fork(seq)                  # shares every page; copy-on-write on append
-
-    dtype: a numpy dtype (numpy pages, CPU), or a torch dtype with `device` (torch pages); a
-    torch float8_e4m3fn cache gets per-page-per-head scales (k_scale, v_scale) that start at
-    `fp8_scale` and may be set by the caller before a page is written.
-    """
-
-    def __init__(
-        self, num_pages, page_size, kv_heads, head_dim, dtype=np.float16, device=None, fp8_scale=1.0
-    ):
+    def __init__(self, num_pages, page_size):
         self.allocator = _flashkit.BlockAllocator(num_pages, page_size)
-        shape = (num_pages, page_size, kv_heads, head_dim)
-        self.k_scale = self.v_scale = None
-        torch = _arrays.torch
-        self._torch = torch is not None and isinstance(dtype, torch.dtype)
-        if self._torch:
-            self.k_pages = torch.zeros(shape, dtype=dtype, device=device)
-            self.v_pages = torch.zeros(shape, dtype=dtype, device=device)
-            if dtype == torch.float8_e4m3fn:
-                scales = (num_pages, kv_heads)
-                self.k_scale = torch.full(scales, fp8_scale, dtype=torch.float32, device=device)
-                self.v_scale = torch.full(scales, fp8_scale, dtype=torch.float32, device=device)
-        else:
-            self.k_pages = np.zeros(shape, dtype=dtype)
-            self.v_pages = np.zeros(shape, dtype=dtype)
+        self._pages = ()
+        self._torch, self._device = False, None
 
     def create(self) -> int:
         return self.allocator.create()
@@ -560,23 +537,63 @@ class KVCacheManager:
         table = np.asarray(t["padded"], dtype=np.int32).reshape(len(seqs), t["max_pages"])
         lens = np.asarray(t["seq_lens"], dtype=np.int32)
         if self._torch:
-            device = self.k_pages.device
-            return _int32(table, True, device), _int32(lens, True, device)
+            return _int32(table, True, self._device), _int32(lens, True, self._device)
         return table, lens
+
+    def _grow(self, seqs, new_tokens):
+        """Allocates room for new_tokens more tokens in each sequence (a shared last page is
+        copied first, in every page array). Returns (block_table, start positions)."""
+        seqs = list(seqs)
+        starts = [self.allocator.length(s) for s in seqs]
+        for s in seqs:
+            _, copies = self.allocator.append(s, int(new_tokens))
+            for src, dst in copies:
+                for arr in self._pages:
+                    if arr is not None:
+                        arr[dst] = arr[src]
+        table, _ = self.tables(seqs)
+        return table, _int32(starts, self._torch, self._device)
+
+
+class KVCacheManager(PagedSequences):
+    """The pages of a paged KV cache and the allocator that hands them to sequences.
+
+        cache = KVCacheManager(num_pages=1024, page_size=16, kv_heads=8, head_dim=128)
+        seq = cache.create()
+        cache.append([seq], k, v)                # k, v [1, n_new, kv_heads, head_dim]
+        out = cache.attention([seq], q)          # q [1, q_len, heads_q, head_dim]
+        child = cache.fork(seq)                  # shares every page; copy-on-write on append
+
+    dtype: a numpy dtype (numpy pages, CPU), or a torch dtype with `device` (torch pages); a
+    torch float8_e4m3fn cache gets per-page-per-head scales (k_scale, v_scale) that start at
+    `fp8_scale` and may be set by the caller before a page is written.
+    """
+
+    def __init__(
+        self, num_pages, page_size, kv_heads, head_dim, dtype=np.float16, device=None, fp8_scale=1.0
+    ):
+        super().__init__(num_pages, page_size)
+        shape = (num_pages, page_size, kv_heads, head_dim)
+        self.k_scale = self.v_scale = None
+        torch = _arrays.torch
+        self._torch = torch is not None and isinstance(dtype, torch.dtype)
+        if self._torch:
+            self.k_pages = torch.zeros(shape, dtype=dtype, device=device)
+            self.v_pages = torch.zeros(shape, dtype=dtype, device=device)
+            self._device = self.k_pages.device
+            if dtype == torch.float8_e4m3fn:
+                scales = (num_pages, kv_heads)
+                self.k_scale = torch.full(scales, fp8_scale, dtype=torch.float32, device=device)
+                self.v_scale = torch.full(scales, fp8_scale, dtype=torch.float32, device=device)
+        else:
+            self.k_pages = np.zeros(shape, dtype=dtype)
+            self.v_pages = np.zeros(shape, dtype=dtype)
+        self._pages = (self.k_pages, self.v_pages, self.k_scale, self.v_scale)
 
     def append(self, seqs, k, v) -> None:
         """Appends k, v [len(seqs), n_new, kv_heads, head_dim] at the end of each sequence:
         pages are allocated (shared last pages copied first), then the tokens written."""
-        seqs = list(seqs)
-        starts = [self.allocator.length(s) for s in seqs]
-        for s in seqs:
-            _, copies = self.allocator.append(s, int(k.shape[1]))
-            for src, dst in copies:
-                for arr in (self.k_pages, self.v_pages, self.k_scale, self.v_scale):
-                    if arr is not None:
-                        arr[dst] = arr[src]
-        table, _ = self.tables(seqs)
-        start = _int32(starts, self._torch, self.k_pages.device if self._torch else None)
+        table, start = self._grow(seqs, k.shape[1])
         append_kv(
             k,
             v,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _arrays, _flashkit
+from .kvcache import PagedSequences
 
 if _arrays.torch is not None:
     from . import _mla_torch
@@ -136,3 +137,64 @@ def flash_mla_with_kvcache(
         causal=causal,
         return_lse=True,
     )
+
+
+class MlaCacheManager(PagedSequences):
+    """The pages of an MLA latent cache and the allocator that hands them to sequences (fork,
+    copy-on-write and freeing as in KVCacheManager).
+
+        cache = MlaCacheManager(num_pages=4096, page_size=64, latent_dim=512, rope_dim=64)
+        seq = cache.create()
+        cache.append([seq], rows)    # rows [1, n_new, 576]: latents, then the rotated k_rope
+        out = cache.decode([seq], q, softmax_scale=scale)   # q [1, q_len, heads, 576]
+
+    dtype: a numpy dtype (numpy pages), or a torch dtype with `device`; a torch float8_e4m3fn
+    cache gets one scale per page (`scale`, starting at `fp8_scale`, settable before a page is
+    written).
+    """
+
+    def __init__(
+        self,
+        num_pages,
+        page_size,
+        latent_dim=512,
+        rope_dim=64,
+        dtype=np.float16,
+        device=None,
+        fp8_scale=1.0,
+    ):
+        super().__init__(num_pages, page_size)
+        self.latent_dim = int(latent_dim)
+        shape = (num_pages, page_size, self.latent_dim + int(rope_dim))
+        self.scale = None
+        torch = _arrays.torch
+        self._torch = torch is not None and isinstance(dtype, torch.dtype)
+        if self._torch:
+            self.pages = torch.zeros(shape, dtype=dtype, device=device)
+            self._device = self.pages.device
+            if dtype == torch.float8_e4m3fn:
+                self.scale = torch.full((num_pages,), fp8_scale, dtype=torch.float32, device=device)
+        else:
+            self.pages = np.zeros(shape, dtype=dtype)
+        self._pages = (self.pages, self.scale)
+
+    def append(self, seqs, rows) -> None:
+        """Appends rows [len(seqs), n_new, latent_dim + rope_dim] at the end of each
+        sequence: pages are allocated (shared last pages copied first), then the rows written."""
+        table, start = self._grow(seqs, rows.shape[1])
+        mla_append(rows, start, self.pages, table, scale=self.scale)
+
+    def decode(self, seqs, q, *, softmax_scale, **kwargs):
+        """mla_decode of q (the absorbed queries of each sequence's last q_len tokens, appended
+        already) against the sequences' pages; keyword arguments as in flashkit.mla_decode."""
+        table, lens = self.tables(seqs)
+        return mla_decode(
+            q,
+            self.pages,
+            table,
+            lens,
+            softmax_scale=softmax_scale,
+            latent_dim=self.latent_dim,
+            scale=self.scale,
+            **kwargs,
+        )
