@@ -221,3 +221,31 @@ def test_torch_kvcache_rotary_matches_numpy(rng):
     out = flashkit.flash_attn_with_kvcache(*t[:7], cache_seqlens=t[7])
     np.testing.assert_array_equal(out.numpy(), want)
     np.testing.assert_array_equal(t[1].numpy(), np_caches[0])
+
+
+def test_torch_cuda_matches_the_cpu(rng):
+    """The CUDA kernel against the CPU backend: apply_rotary (bf16, interleaved, offsets) and
+    flash_attn_with_kvcache's rotary tables (non-causal: the queries at one position each)."""
+    torch = _torch()
+    if not (torch.cuda.is_available() and flashkit.info()["build"]["cuda"]):
+        pytest.skip("needs a GPU and flashkit's CUDA backend")
+    x = torch.from_numpy(randn(rng, 2, 7, 4, 64, dtype=np.float32)).to(torch.bfloat16)
+    cos, sin = (torch.from_numpy(t) for t in tables(32, 48))
+    offsets = torch.tensor([3, 20], dtype=torch.int32)
+    want = flashkit.apply_rotary(x, cos, sin, seqlen_offsets=offsets, interleaved=True)
+    got = flashkit.apply_rotary(
+        x.cuda(), cos.cuda(), sin.cuda(), seqlen_offsets=offsets.cuda(), interleaved=True
+    )
+    # fp32 math rounded once to bf16; the GPU's fused multiply-adds may land one bf16 step away.
+    torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=2**-7)
+
+    k_cache = torch.from_numpy(randn(rng, 2, 32, 2, 64, dtype=np.float32)).to(torch.bfloat16)
+    q = torch.from_numpy(randn(rng, 2, 2, 4, 64, dtype=np.float32)).to(torch.bfloat16)
+    k = torch.from_numpy(randn(rng, 2, 2, 2, 64, dtype=np.float32)).to(torch.bfloat16)
+    lens = torch.tensor([5, 17], dtype=torch.int32)
+    tabs = [torch.from_numpy(t).to(torch.bfloat16) for t in tables(32, 64)]
+    outs = []
+    for device in ("cpu", "cuda"):
+        args = [t.to(device) for t in (q, k_cache.clone(), k_cache.clone(), k, k, *tabs)]
+        outs.append(flashkit.flash_attn_with_kvcache(*args, cache_seqlens=lens.to(device)).cpu())
+    torch.testing.assert_close(outs[1], outs[0], atol=2e-2, rtol=2e-2)
