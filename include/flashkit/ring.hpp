@@ -2,7 +2,8 @@
 // ranks by tokens. Each rank keeps its queries and passes its K/V shard around a ring: in R steps
 // every query meets every key, and the partial results merge through the online-softmax state.
 // The backward passes K, V and their gradient accumulators around the same ring, so each shard's
-// dK / dV come home after R steps. Only K/V shards ever move: no rank holds more than two.
+// dK / dV come home after R shifts. Only K/V shards (and, backward, their accumulators) move: a
+// rank holds two at a time, the one it computes with and the one arriving.
 //
 // With a causal mask the contiguous layout (rank r holds tokens [r L, (r + 1) L)) gives rank r
 // (r + 1/2) L^2 visible scores: the last rank 2R - 1 times the first one's work, and the ring
