@@ -27,7 +27,7 @@ struct BwdParams {
 
 // The dQ accumulator is laid out for the dK/dV kernel's reductions. A warp adds half an mma.sync
 // fragment at a time: 8 query rows x 8 columns, lane (g, t) holding row g, columns 2t and 2t + 1.
-// With rows heads_q * d floats apart those 256 bytes lay on 8 L2 lines; here they are contiguous
+// With rows heads_q * d floats apart those 256 bytes lie on 8 L2 lines; here they are contiguous
 // (2 lines). Per query head, workspace rows come in groups of 8, and a group's 8 * d floats are
 // d / 8 blocks of [8 rows][8 floats]. Sequence b's query i is workspace row
 // round_up(t0, 8) + 8 b + i, t0 its first token (q_start with varlen, b * seqlen_q without): every
