@@ -76,5 +76,22 @@ TEST(DqAccumLayout, SizeIsTheTokensPlusOneGroupPerSequence) {
   EXPECT_EQ(cuda::dq_accum_floats(params(1, 1, 0, 64, nullptr, 0)), 8 * 64);
 }
 
+// A sequence's last group of 8 rows may be partly past its end; whatever lands there (a bulk
+// reduction adds whole groups) must hit no other sequence's rows and stay inside the allocation.
+TEST(DqAccumLayout, EverySequencesWholeGroupsAreItsOwn) {
+  const std::vector<std::int32_t> cu = {0, 1, 9, 9, 26, 33, 40};
+  for (const BwdParams& p : {params(6, 2, 17, 32, &cu, 40), params(5, 2, 13, 32, nullptr, 65),
+                             params(4, 2, 8, 32, nullptr, 32)}) {
+    std::int64_t next_free = 0;
+    for (int b = 0; b < p.f.batch; ++b) {
+      const core::SeqSpan sp = cuda::sequence_span(p.f, b);
+      const std::int64_t first = cuda::dq_accum_first_row(p, b, sp);
+      EXPECT_GE(first, next_free) << "sequence " << b;
+      next_free = first + (sp.len_q + 7) / 8 * 8;
+    }
+    EXPECT_LE(next_free, cuda::dq_accum_rows(p));
+  }
+}
+
 }  // namespace
 }  // namespace flashkit::testing
