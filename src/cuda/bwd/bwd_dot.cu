@@ -21,17 +21,13 @@ namespace flashkit::cuda {
 
 namespace {
 
-// Zeroes dQ-accumulator row (b, i, h) with `lanes` lanes starting at `lane`.
+// Zeroes the dQ accumulator's floats of query i of (b, h) with `lanes` lanes starting at `lane`:
+// d / 8 runs of 8 floats (bwd_params.hpp), each two 16-byte stores.
 __device__ __forceinline__ void zero_accum_row(const BwdParams& bp, int b, const core::SeqSpan& sp,
                                                std::int64_t i, int h, int lane, int lanes) {
-  float* row = bp.dq_accum + dq_accum_row(bp, b, sp, i, h);
-  const int d = bp.f.head_dim;
-  if (d % 4 == 0) {  // rows are 16-byte aligned: the accumulator is ours and d * 4 bytes apart
-    for (int e = 4 * lane; e < d; e += 4 * lanes) {
-      *reinterpret_cast<float4*>(row + e) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-  } else {
-    for (int e = lane; e < d; e += lanes) row[e] = 0.0f;
+  float* const row = bp.dq_accum + dq_accum_offset(bp, b, sp, i, h, 0);
+  for (int e = 4 * lane; e < bp.f.head_dim; e += 4 * lanes) {
+    *reinterpret_cast<float4*>(row + (e / 8) * 64 + e % 8) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 }
 

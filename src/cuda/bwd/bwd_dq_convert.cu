@@ -32,7 +32,7 @@ __device__ __forceinline__ bool convert_site(const BwdParams& bp, std::int64_t x
     return false;
   }
   const int e = int(x % per_row) * kPer;
-  src = bp.dq_accum + dq_accum_row(bp, b, sp, i, h) + e;
+  src = bp.dq_accum + dq_accum_offset(bp, b, sp, i, h, e);
   dst = core::element_offset(bp.dq_layout, b, sp.q_start, i, h) + e;
   return true;
 }

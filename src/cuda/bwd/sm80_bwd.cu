@@ -55,8 +55,7 @@ bool bwd_has_head_dim(int head_dim) {
 void bwd(const BwdParams& params, bool deterministic, cudaStream_t stream) {
   const int smem_limit = tile_smem_limit();  // before any launch: it can refuse its setting
   const std::int64_t rows = std::int64_t(params.f.batch) * params.f.heads_q * params.f.seqlen_q;
-  const std::int64_t accum =
-      deterministic ? 0 : params.q_tokens * params.f.heads_q * params.f.head_dim;
+  const std::int64_t accum = deterministic ? 0 : dq_accum_floats(params);
   StreamBuffer d_rows(std::size_t(rows) * sizeof(float), stream);
   StreamBuffer dq_accum(std::size_t(accum) * sizeof(float), stream);
   BwdParams p = params;

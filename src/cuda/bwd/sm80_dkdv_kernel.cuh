@@ -120,7 +120,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int dkv_d0 = warp % T::kShape.dkv.cols * T::kDkvCols;
   const int dq_q0 = warp / T::kShape.dq.cols * T::kDqRows;
   const int dq_d0 = warp % T::kShape.dq.cols * T::kDqCols;
-  const std::int64_t dq_row_stride = std::int64_t(p.heads_q) * p.head_dim;
+  // This lane's first dQ accumulator float for query head 0 and query block 0 (bwd_params.hpp).
+  float* const dq_lane = bp.dq_accum == nullptr
+                             ? nullptr
+                             : bp.dq_accum + (dq_accum_first_row(bp, b, sp) + dq_q0) * T::kD +
+                                   dq_d0 * 8 + g * 8 + 2 * t;
   // Per-lane operand offsets (sm80_warp_gemm.cuh).
   const int kv_a_lane = operand_lane<KvTile, true, Stored::k_contiguous>(lane);
   const int q_nk_lane = operand_lane<QTile, false, Stored::k_contiguous>(lane);
@@ -241,21 +245,20 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if (bp.dq_accum != nullptr) {
       float dq[kDqMt][kDqNt][4];
       zero(dq);
-      // Rows of the accumulator are heads_q * d floats apart: one base a step plus row offsets,
-      // not a dq_accum_row per row (~40 instructions a step).
-      float* const dq_block = bp.dq_accum + dq_accum_row(bp, b, sp, row0, h);
       warp_gemm<Elem, kDqMt, kDqNt, T::kBlockN, PTile, Stored::k_rows, KvTile, Stored::k_rows,
                 typename T::Gemm>(dq, ds_tile, p_km_lane, dq_q0, k_tile, kv_kn_lane, dq_d0);
+      // The warp's rows start on a group of 8, so each fragment half is 256 contiguous bytes at
+      // an immediate offset from one base a step.
+      float* const dq_step = dq_lane + (h * dq_accum_rows(bp) + row0) * T::kD;
 #pragma unroll
       for (int mt = 0; mt < kDqMt; ++mt)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int r = dq_q0 + mt * 16 + half * 8 + g;
-          if (row0 + r >= len_q) continue;
-          float* dst = dq_block + r * dq_row_stride + dq_d0 + 2 * t;
+          if (row0 + dq_q0 + mt * 16 + half * 8 + g >= len_q) continue;
+          float* dst = dq_step + (mt * 16 + half * 8) * T::kD;
 #pragma unroll
           for (int nt = 0; nt < kDqNt; ++nt) {
-            add_pair(dst + nt * 8, dq[mt][nt][2 * half], dq[mt][nt][2 * half + 1]);
+            add_pair(dst + nt * 64, dq[mt][nt][2 * half], dq[mt][nt][2 * half + 1]);
           }
         }
     }
