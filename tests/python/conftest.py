@@ -4,6 +4,7 @@ themselves when torch is missing."""
 import importlib.machinery
 import importlib.util
 import pathlib
+import zlib
 
 import numpy as np
 import pytest
@@ -23,8 +24,9 @@ def load_script(relative_path):
 
 @pytest.fixture
 def rng(request):
-    # Fresh random inputs per test, reproducible from the test's name.
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % 2**32)
+    # Fresh random inputs per test, reproducible from the test's name: crc32, not hash(), whose
+    # value for a str changes with every process (PYTHONHASHSEED).
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 def randn(rng, *shape, dtype=np.float64):
