@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -32,6 +33,9 @@ struct GpuGrads {
 struct RunOptions {
   Algo algo = Algo::automatic;
   bool deterministic = false;
+  // Each gradient's own dtype (grad_dtype where unset) and rows 8 elements longer than d.
+  std::optional<DType> dk_dtype, dv_dtype;
+  bool padded_grads = false;
 };
 
 GpuGrads run_backward(const CaseData& c, DType grad_dtype, RunOptions opt = {}) {
@@ -42,8 +46,14 @@ GpuGrads run_backward(const CaseData& c, DType grad_dtype, RunOptions opt = {}) 
   const bool same_dims = c.spec.dim_v() == c.spec.head_dim;
   attention_forward(
       dev.forward_args(c, d_out.view(), d_lse.view(), same_dims ? Algo::automatic : Algo::fa1));
-  GpuGrads g{HostTensor(grad_dtype, c.q.shape()), HostTensor(grad_dtype, c.k.shape()),
-             HostTensor(grad_dtype, c.v.shape())};
+  GpuGrads g{HostTensor(grad_dtype, c.q.shape()),
+             HostTensor(opt.dk_dtype.value_or(grad_dtype), c.k.shape()),
+             HostTensor(opt.dv_dtype.value_or(grad_dtype), c.v.shape())};
+  if (opt.padded_grads) {
+    g.dq = padded_copy(g.dq);
+    g.dk = padded_copy(g.dk);
+    g.dv = padded_copy(g.dv);
+  }
   DeviceTensor dq(g.dq), dk(g.dk), dv(g.dv);
   dq.poison();
   dk.poison();
@@ -224,6 +234,35 @@ TEST(CudaBackwardEdges, BatchedGqaDifferentValueDimAndF32Gradients) {
   SCOPED_TRACE(s.name());
   const CaseData c = make_case(s);
   expect_grads_match(c, run_backward(c, DType::f32));
+}
+
+// dK and dV leave through shared memory in each one's own dtype (f32, or a 16-bit type other than
+// the inputs'), into rows longer than d, from key blocks cut short by the sequence's end.
+TEST(CudaBackwardEdges, GradientsOfTheirOwnDtypesIntoStridedRows) {
+  for (int d : {64, 128, 256}) {
+    CaseSpec s;
+    s.dtype = DType::bf16;
+    s.seqlens_q = {150, 37};
+    s.seqlens_k = {197, 70};
+    s.varlen = true;
+    s.heads_q = 4;
+    s.heads_kv = 2;
+    s.head_dim = d;
+    s.causal = true;
+    s.seed = unsigned(d + 5);
+    SCOPED_TRACE(s.name());
+    const CaseData c = make_case(s);
+    const BackwardResult oracle = oracle_backward(c), plain = plain_backward(c);
+    for (const auto& [dk_dtype, dv_dtype] :
+         {std::pair{DType::f32, DType::f16}, std::pair{DType::f16, DType::f32}}) {
+      SCOPED_TRACE(std::string("dk ") + dtype_name(dk_dtype) + ", dv " + dtype_name(dv_dtype));
+      RunOptions opt;
+      opt.dk_dtype = dk_dtype;
+      opt.dv_dtype = dv_dtype;
+      opt.padded_grads = true;
+      expect_grads_match(oracle, plain, run_backward(c, DType::bf16, opt));
+    }
+  }
 }
 
 // deterministic = true promises bit-identical gradients run after run, on both paths.

@@ -122,6 +122,7 @@ struct BwdTraits {
                 "every thread copies the same number of 16-byte units");
   static_assert(kBlockM <= kThreads, "one thread per query row loads lse and D");
   static_assert(kSmemBytes <= kSmemLimit, "fits the CTA's shared memory");
+  static_assert(4 * KvTile::kBytes <= kSmemBytes, "the epilogue stages dK and dV in f32");
 };
 
 template <class ElemT, int kHeadDim>

@@ -8,7 +8,7 @@
 //   C  (dq_accum set) dQ_partial = dS K, added into the fp32 accumulator with atomics.
 // Q, dO, lse and D of the next block are copied while this one computes (two stages); two
 // barriers per block: one publishes the copy and proves the other stage is free, one publishes
-// P^T and dS^T.
+// P^T and dS^T. dK and dV leave once, staged in shared memory for whole-line stores.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,6 +38,41 @@ __device__ __forceinline__ void add_pair(float* dst, float x0, float x1) {
   asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(dst), "f"(x0) : "memory");
   asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(dst + 1), "f"(x1) : "memory");
 #endif
+}
+
+// A [kRows x kCols] tile of Out elements in shared memory, 16-byte units swizzled.
+template <class Out, int kRows, int kCols>
+using StagedTile = ptx::SwizzledTile<kRows, kCols* int(sizeof(Out)) / 16>;
+
+// A warp's [kMt x 16] x [kNt x 8] share of an fp32 accumulator (mma.sync's C layout: lane (g, t)
+// holds rows g and g + 8, columns 2t and 2t + 1 of each 16 x 8 tile), rows row0.., columns
+// col0.., rounded to Out into a StagedTile. A warp's store puts 8 rows' 16 (f32: 32) bytes in
+// distinct banks.
+template <class Out, int kRows, int kCols, int kMt, int kNt>
+__device__ __forceinline__ void stage_fragments(unsigned char* tile,
+                                                const float (&acc)[kMt][kNt][4], int row0, int col0,
+                                                int g, int t) {
+  using Tile = StagedTile<Out, kRows, kCols>;
+  constexpr int kPerUnit = 16 / int(sizeof(Out));
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int lane_off = Tile::lane_offset(half * 8 + g);
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+        const int col = col0 + nt * 8 + 2 * t;  // this lane's pair
+        const int unit = col / kPerUnit;
+        const int off = Tile::fixed_offset(row0 + 16 * mt, unit) +
+                        (lane_off ^ Tile::unit_xor(unit)) + col % kPerUnit * int(sizeof(Out));
+        const float x0 = acc[mt][nt][2 * half], x1 = acc[mt][nt][2 * half + 1];
+        if constexpr (std::is_same_v<Out, float>) {
+          *reinterpret_cast<float2*>(tile + off) = {x0, x1};
+        } else {
+          *reinterpret_cast<std::uint32_t*>(tile + off) = ptx::pack2<Out>(x0, x1);
+        }
+      }
+    }
 }
 
 template <class T>
@@ -266,26 +301,42 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     next = advance(next);
   }
   ptx::cp_async_wait<0>();  // no copy outlives the CTA (steps == 0 leaves K and V in flight)
-
-  // dK and dV straight from registers, keys past the sequence not written.
-#pragma unroll
-  for (int mt = 0; mt < kDkvMt; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int j = j0 + dkv_key0 + mt * 16 + half * 8 + g;
-      if (j >= len_k) continue;
-      const std::int64_t k_off =
-          core::element_offset(bp.dk_layout, b, sp.k_start, j, hk) + dkv_d0 + 2 * t;
-      const std::int64_t v_off =
-          core::element_offset(bp.dv_layout, b, sp.k_start, j, hk) + dkv_d0 + 2 * t;
-#pragma unroll
-      for (int nt = 0; nt < kDkvNt; ++nt) {
-        store_pair(bp.dk, bp.dk_dtype, k_off + nt * 8, dk[mt][nt][2 * half],
-                   dk[mt][nt][2 * half + 1]);
-        store_pair(bp.dv, bp.dv_dtype, v_off + nt * 8, dv[mt][nt][2 * half],
-                   dv[mt][nt][2 * half + 1]);
-      }
+  // dK and dV out through shared memory (K, V and what follows them, read for the last time
+  // above). From registers a quad writes 16 bytes of each of 8 rows, so one warp store touches 8
+  // L2 lines: 4096 line accesses a CTA at d = 128 in bf16, against 512 this way (4 whole lines a
+  // store), which weighs on CTAs of a few steps (short or causal sequences).
+  __syncthreads();
+  const auto stage = [&](unsigned char* region, const float(&acc)[kDkvMt][kDkvNt][4], DType dtype) {
+    if (dtype == DType::f32) {
+      stage_fragments<float, T::kBlockN, T::kD>(region, acc, dkv_key0, dkv_d0, g, t);
+    } else if (dtype == DType::f16) {
+      stage_fragments<__half, T::kBlockN, T::kD>(region, acc, dkv_key0, dkv_d0, g, t);
+    } else {
+      stage_fragments<__nv_bfloat16, T::kBlockN, T::kD>(region, acc, dkv_key0, dkv_d0, g, t);
     }
+  };
+  const auto store = [&](const unsigned char* region, void* out, const core::TokenLayout& lay,
+                         DType dtype) {
+    const std::int64_t off = core::element_offset(lay, b, sp.k_start, j0, hk);
+    if (dtype == DType::f32) {
+      store_tile<StagedTile<float, T::kBlockN, T::kD>, T::kThreads>(
+          region, static_cast<float*>(out) + off, lay.token_stride, keys);
+    } else if (dtype == DType::f16) {
+      store_tile<StagedTile<__half, T::kBlockN, T::kD>, T::kThreads>(
+          region, static_cast<__half*>(out) + off, lay.token_stride, keys);
+    } else {
+      store_tile<StagedTile<__nv_bfloat16, T::kBlockN, T::kD>, T::kThreads>(
+          region, static_cast<__nv_bfloat16*>(out) + off, lay.token_stride, keys);
+    }
+  };
+  // Each region holds an f32 tile (two 16-bit K / V tiles' bytes).
+  unsigned char* const dk_region = smem + T::kKOffset;
+  unsigned char* const dv_region = smem + T::kKOffset + 2 * KvTile::kBytes;
+  stage(dk_region, dk, bp.dk_dtype);
+  stage(dv_region, dv, bp.dv_dtype);
+  __syncthreads();
+  store(dk_region, bp.dk, bp.dk_layout, bp.dk_dtype);
+  store(dv_region, bp.dv, bp.dv_layout, bp.dv_dtype);
 }
 
 template <class T>

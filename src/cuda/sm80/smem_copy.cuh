@@ -1,6 +1,9 @@
-// Global -> shared tile copies of the sm80 kernels: 16-byte cp.async per thread into the
-// swizzled layout of ptx/swizzle.hpp, rows past the sequence zero-filled.
+// Tile copies of the sm80 kernels between global memory and the swizzled shared layout of
+// ptx/swizzle.hpp: in by 16-byte cp.async per thread (rows past the sequence zero-filled), out by
+// 16-byte shared loads and global stores.
 #pragma once
+
+#include <vector_types.h>
 
 #include <cstdint>
 
@@ -51,6 +54,25 @@ __device__ __forceinline__ void copy_tile_async(std::uint32_t smem, const Elem* 
       const bool valid = row < valid_rows;
       const Elem* src = valid ? gmem + row * row_stride + unit * 8 : gmem;
       ptx::cp_async_16(smem + Tile::byte_offset(row, unit), src, valid);
+    }
+  }
+}
+
+// Writes rows [0, valid_rows) of a [Tile rows x Tile units] tile to gmem (row r at gmem + r *
+// row_stride elements; 16-byte aligned rows). Units go to threads in Tile::copy_order, so 8
+// consecutive threads read one 128-byte shared line (no bank conflict) and write 128 contiguous
+// bytes of one row: a warp's store covers 4 whole L2 lines.
+template <class Tile, int kThreads, class Elem>
+__device__ __forceinline__ void store_tile(const unsigned char* smem, Elem* gmem,
+                                           std::int64_t row_stride, int valid_rows) {
+  static_assert(Tile::kUnitsTotal % kThreads == 0, "every thread stores the same number of units");
+#pragma unroll
+  for (int it = 0; it < Tile::kUnitsTotal / kThreads; ++it) {
+    int row, unit;
+    Tile::copy_order(it * kThreads + int(threadIdx.x), row, unit);
+    if (row < valid_rows) {
+      *reinterpret_cast<uint4*>(gmem + row * row_stride + unit * (16 / int(sizeof(Elem)))) =
+          *reinterpret_cast<const uint4*>(smem + Tile::byte_offset(row, unit));
     }
   }
 }
