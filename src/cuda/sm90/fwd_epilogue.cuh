@@ -5,8 +5,9 @@
 // end; with varlen only when all 64 rows belong to the sequence), O goes through
 // the warpgroup's own Q rows in shared memory (no other warpgroup reads them) and out with one
 // TMA store per 64-column slab; the kernel waits for the stores' completion before it ends.
-// Otherwise (f32 output, a varlen tile crossing its sequence's end, packed rows, partial states)
-// each quad stores its pairs straight from registers, where the Source places the rows.
+// Otherwise (f32 output, a varlen tile crossing its sequence's end, packed rows, partial states,
+// and kQAfterS: the persistent d = 256 walk, whose one Q buffer the mainloop has released) each
+// quad stores its pairs straight from registers, where the Source places the rows.
 #pragma once
 
 #include <cstdint>
@@ -60,8 +61,8 @@ constexpr bool staged_offsets_are_swizzled() {
 // tid: the thread among the stream's consumer threads. q: the tile's Q buffer; q_empty: its
 // release, on which the warpgroup's elected thread arrives once nothing of the warpgroup reads the
 // buffer any more (fwd_sync.hpp). wg: the warpgroup among the CTA's consumer warpgroups, which
-// names its epilogue barrier.
-template <class T, class Source>
+// names its epilogue barrier. kQAfterS: the mainloop released q already.
+template <class T, bool kQAfterS, class Source>
 __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& maps,
                                              const Source& src, const sm80::FwdTile& tile,
                                              unsigned char* q, std::uint64_t* q_empty, int tid,
@@ -85,7 +86,7 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
   const int wg_row0 = tile.row_begin + 64 * consumer;
   const bool varlen = p.cu_seqlens_q != nullptr;
   const auto wg_barrier = fwd_barrier_of(FwdNamedBarrier::epilogue, wg);
-  if (p.out_dtype == p.in_dtype && src.rows_are_tokens() &&
+  if (!kQAfterS && p.out_dtype == p.in_dtype && src.rows_are_tokens() &&
       (!varlen || wg_row0 + 64 <= tile.row_end)) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -132,6 +133,7 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
       }
     }
   }
+  if constexpr (kQAfterS) return;            // the mainloop released the buffer
   ptx::named_barrier_sync(wg_barrier, 128);  // every thread's wgmma is past the Q rows
   if (tid % 128 == 0) ptx::mbarrier_arrive(q_empty);
 }

@@ -52,7 +52,8 @@ __device__ __forceinline__ void produce_tile(const FwdParams& p, const FwdMaps& 
   const typename Source::Keys keys = src.keys(p, tile);
   int n = range.first();
   // The first K before Q: with one Q buffer, its stage frees before the buffer does (the
-  // consumers release Q only after the previous tile's epilogue).
+  // consumers release Q after the previous tile's epilogue, or in d = 256's walk after its last
+  // S, which follows that K stage's release).
   if (n >= 0) {
     load_kv<T>(src, smem + T::kKOffset, bar.k_full, bar.k_empty, maps, KvOperand::k, blocks, keys,
                n, nullptr, thread);

@@ -10,7 +10,9 @@
 // tiles in turn: q_full completes when a tile's Q has landed; q_empty when every consumer
 // warpgroup is done with the buffer, which also stages the tile's O for its TMA store, so one
 // elected thread per warpgroup arrives once that store has read it. With two buffers the next
-// tile's Q lands while this tile's last blocks and epilogue run.
+// tile's Q lands while this tile's last blocks and epilogue run; in d = 256's walk, with one, every
+// consumer thread arrives once its last S = Q K^T is done and O bypasses the buffer
+// (FwdTraits::kWalkReleasesQAfterS), so the next Q lands under the last P V and the epilogue.
 //
 // Named barriers (FwdNamedBarrier) order the consumer warpgroups: the epilogue's shared-memory
 // staging (128 threads each), and the pingpong schedule, where the warpgroups take turns in a
