@@ -64,6 +64,7 @@ __global__ void __launch_bounds__(FwdCta<T, kStreams>::kThreads, FwdCta<T, kStre
         ptx::mbarrier_init(&bar.v_empty[s], T::kConsumerThreads);
       }
       ptx::mbarrier_init(&bar.fix, 1);
+      ptx::mbarrier_init(&bar.o_read, T::kConsumers);
     }
     ptx::mbarrier_init_fence();
   }
@@ -128,7 +129,10 @@ __global__ void __launch_bounds__(FwdCta<T, kStreams>::kThreads, FwdCta<T, kStre
     // Re-derived from a copy of the slot the compiler cannot see through, so that the tile's
     // fields are not held live through the mainloop (with them, ptxas spilled at d = 128).
     tile = walk.tile(p, opaque(slot));
-    fwd_epilogue<T, kQAfterS>(p, maps, src, tile, q, &bar.q_empty[buffer], tid, consumer, wg, acc);
+    // Where O is staged for its TMA store, and the barrier its release arrives on.
+    unsigned char* const staging = kQAfterS ? smem + T::kVOffset : q;
+    std::uint64_t* const staged_read = kQAfterS ? &bar.o_read : &bar.q_empty[buffer];
+    fwd_epilogue<T, kQAfterS>(p, maps, src, tile, staging, staged_read, tid, consumer, wg, acc);
     ++q_use;
   }
   if (threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();  // out is complete when the kernel ends
