@@ -169,7 +169,8 @@ void launch_fwd_with(const FwdParams& p, const FwdMaps& maps, int multiprocessor
   using W = FwdTraits<Elem, kHeadDim, kConsumers, kBlockN, kStreams>;
   if constexpr (W::kPersistentFits) {
     const int walkers = multiprocessors * W::kWalkersPerSm;
-    if (fwd_walk_persistent<W::kBlockM>(p, walkers)) {
+    if (fwd_walk_persistent<W::kBlockM>(p, walkers) &&
+        (!W::kWalkReleasesQAfterS || fwd_one_q_walk_pays(p))) {
       using Cta = FwdCta<W, kStreams>;
       return launch_grid(fwd_kernel<W, true, ContiguousSource, kStreams>,
                          dim3(unsigned(walkers / kStreams)), Cta::kThreads, Cta::kSmemBytes,
