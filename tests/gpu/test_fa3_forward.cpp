@@ -276,6 +276,39 @@ TEST(Fa3Forward, PersistentCtasWalkSeveralTiles) {
   expect_gpu_forward_matches(s, Algo::fa3);
 }
 
+// d = 256 walks persistently at short keys (fwd_one_q_walk_pays) with its one Q buffer, which the
+// consumers release after each tile's last S, and O staged over the V stages, or from registers
+// for f32 output (FwdTraits::kWalkReleasesQAfterS): more units than the H200's 132 walkers
+// (160-192 here), tiles of one 80-key block (the release after the first S), of several with a
+// last block of 20 keys, f32 output, causal pairs with a middle tile alone, and tiles of no
+// visible key (more queries than keys, bottom-right aligned: the release without a mainloop). Out
+// bit for bit on a repeat.
+TEST(Fa3Forward, D256WalksWithOneQBuffer) {
+  FLASHKIT_REQUIRE_SM90();
+  CaseSpec s;
+  s.dtype = DType::bf16;
+  s.heads_q = 4;
+  s.heads_kv = 2;
+  s.head_dim = 256;
+  s.seqlens_q = std::vector<std::int64_t>(8, 600);  // 5 tiles, the last of 88 rows
+  s.seqlens_k = std::vector<std::int64_t>(8, 500);  // 6 x 80 + 20 keys
+  expect_gpu_forward_matches(s, Algo::fa3);
+  expect_gpu_forward_matches(s, Algo::fa3, DType::f32);
+  s.seqlens_k = std::vector<std::int64_t>(8, 70);  // one block a tile
+  expect_gpu_forward_matches(s, Algo::fa3);
+
+  s.dtype = DType::f16;
+  s.causal = true;
+  s.seqlens_q = s.seqlens_k = std::vector<std::int64_t>(20, 300);  // pairs (0, 2) and (1)
+  expect_gpu_forward_matches(s, Algo::fa3);
+  s.heads_kv = 1;
+  s.seqlens_q = std::vector<std::int64_t>(10, 830);  // 7 tiles, the first 4 without a key
+  s.seqlens_k = std::vector<std::int64_t>(10, 300);
+  expect_gpu_forward_matches(s, Algo::fa3);
+  const CaseData c = make_case(s);
+  EXPECT_EQ(run_out(c, Algo::fa3), run_out(c, Algo::fa3));
+}
+
 TEST(Fa3Forward, RepeatsBitForBitAndIsWhatAutomaticRuns) {
   FLASHKIT_REQUIRE_SM90();
   CaseSpec s;

@@ -6,7 +6,10 @@
 // the warpgroup's own Q rows in shared memory (no other warpgroup reads them) and out with one
 // TMA store per 64-column slab; the kernel waits for the stores' completion before it ends.
 // Otherwise (f32 output, a varlen tile crossing its sequence's end, packed rows, partial states)
-// each quad stores its pairs straight from registers, where the Source places the rows.
+// each quad stores its pairs straight from registers, where the Source places the rows. d = 256's
+// persistent walk (kQAfterS), whose one Q buffer the mainloop has already released, stages O over
+// the V stages instead, once every consumer warpgroup is past its last P V (as FlashAttention-3
+// does); the producer loads the next tile's V only after the stores have read it.
 #pragma once
 
 #include <cstdint>
@@ -57,15 +60,16 @@ constexpr bool staged_offsets_are_swizzled() {
   return true;
 }
 
-// tid: the thread among the stream's consumer threads. q: the tile's Q buffer; q_empty: its
-// release, on which the warpgroup's elected thread arrives once nothing of the warpgroup reads the
-// buffer any more (fwd_sync.hpp). wg: the warpgroup among the CTA's consumer warpgroups, which
-// names its epilogue barrier.
-template <class T, class Source>
+// tid: the thread among the stream's consumer threads. staging: where O is staged, the tile's Q
+// buffer or (kQAfterS) the V stages; staged_read: the barrier on which the warpgroup's elected
+// thread arrives once nothing of the warpgroup reads the staging any more (fwd_sync.hpp). wg: the
+// warpgroup among the CTA's consumer warpgroups, which names its epilogue barrier.
+template <class T, bool kQAfterS, class Source>
 __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& maps,
                                              const Source& src, const sm80::FwdTile& tile,
-                                             unsigned char* q, std::uint64_t* q_empty, int tid,
-                                             int consumer, int wg, sm80::FwdAccum<T>& acc) {
+                                             unsigned char* staging, std::uint64_t* staged_read,
+                                             int tid, int consumer, int wg,
+                                             sm80::FwdAccum<T>& acc) {
   using Elem = typename T::Elem;
   static_assert(T::kSlabBytesPerRow == 128 && staged_offsets_are_swizzled<T>(),
                 "the staging addresses are the Q tiles' 128-byte swizzle");
@@ -85,6 +89,8 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
   const int wg_row0 = tile.row_begin + 64 * consumer;
   const bool varlen = p.cu_seqlens_q != nullptr;
   const auto wg_barrier = fwd_barrier_of(FwdNamedBarrier::epilogue, wg);
+  static_assert(!kQAfterS || 2 * T::kKvBytes >= T::kQBytes, "O staged over the V stages");
+  if constexpr (kQAfterS) ptx::named_barrier_sync(FwdNamedBarrier::v_done, T::kConsumerThreads);
   if (p.out_dtype == p.in_dtype && src.rows_are_tokens() &&
       (!varlen || wg_row0 + 64 <= tile.row_end)) {
 #pragma unroll
@@ -93,8 +99,9 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
       const std::uint32_t row_base = staged_row_base(row, sm80::frag_col(lane, 0, 0));
 #pragma unroll
       for (int dn = 0; dn < T::kD / 8; ++dn) {
-        *reinterpret_cast<std::uint32_t*>(q + staged_offset<T>(row_base, dn)) = ptx::pack2<Elem>(
-            acc.o[0][dn][2 * half] * inv_l[half], acc.o[0][dn][2 * half + 1] * inv_l[half]);
+        *reinterpret_cast<std::uint32_t*>(staging + staged_offset<T>(row_base, dn)) =
+            ptx::pack2<Elem>(acc.o[0][dn][2 * half] * inv_l[half],
+                             acc.o[0][dn][2 * half + 1] * inv_l[half]);
       }
     }
     ptx::fence_proxy_async();
@@ -104,11 +111,12 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
 #pragma unroll
       for (int s = 0; s < T::kSlabs; ++s) {
         const int c[4] = {s * 64, tile.head, int(tile.span.q_start) + wg_row0, batch};
-        ptx::tma_store<4>(maps.out, q + (s * T::kBlockM + 64 * consumer) * T::kSlabBytesPerRow, c);
+        ptx::tma_store<4>(maps.out,
+                          staging + (s * T::kBlockM + 64 * consumer) * T::kSlabBytesPerRow, c);
       }
       ptx::tma_store_commit();
       ptx::tma_store_wait_read<0>();  // the stores have read the staged rows
-      ptx::mbarrier_arrive(q_empty);
+      ptx::mbarrier_arrive(staged_read);
     }
     return;
   }
@@ -132,8 +140,9 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdMaps& 
       }
     }
   }
-  ptx::named_barrier_sync(wg_barrier, 128);  // every thread's wgmma is past the Q rows
-  if (tid % 128 == 0) ptx::mbarrier_arrive(q_empty);
+  // Q: every thread's wgmma is past its rows. V: nothing of them was staged.
+  if constexpr (!kQAfterS) ptx::named_barrier_sync(wg_barrier, 128);
+  if (tid % 128 == 0) ptx::mbarrier_arrive(staged_read);
 }
 
 }  // namespace flashkit::cuda::sm90

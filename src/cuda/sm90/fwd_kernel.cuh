@@ -39,6 +39,8 @@ __global__ void __launch_bounds__(FwdCta<T, kStreams>::kThreads, FwdCta<T, kStre
   using Cta = FwdCta<T, kStreams>;
   static_assert(kStreams == 1 || (kPersistent && Source::kProducerThreads == 1),
                 "streams walk persistently, each with one producer thread");
+  // The Q buffer released after the tile's last S (FwdTraits::kWalkReleasesQAfterS).
+  constexpr bool kQAfterS = kPersistent && T::kWalkReleasesQAfterS;
   extern __shared__ unsigned char smem_raw[];
   const std::uint32_t raw = ptx::smem_address(smem_raw);
   unsigned char* const smem_cta = smem_raw + (((raw + 1023u) & ~1023u) - raw);
@@ -52,7 +54,8 @@ __global__ void __launch_bounds__(FwdCta<T, kStreams>::kThreads, FwdCta<T, kStre
       FwdBarriers& bar = barriers_of(stream);
       for (int b = 0; b < T::kQBuffers; ++b) {
         ptx::mbarrier_init(&bar.q_full[b], 1);
-        ptx::mbarrier_init(&bar.q_empty[b], T::kConsumers);  // one elected thread per warpgroup
+        // One elected thread per warpgroup, or every consumer thread (kQAfterS).
+        ptx::mbarrier_init(&bar.q_empty[b], kQAfterS ? T::kConsumerThreads : T::kConsumers);
       }
       for (int s = 0; s < T::kStages; ++s) {
         ptx::mbarrier_init(&bar.k_full[s], Source::kProducerThreads);
@@ -61,6 +64,7 @@ __global__ void __launch_bounds__(FwdCta<T, kStreams>::kThreads, FwdCta<T, kStre
         ptx::mbarrier_init(&bar.v_empty[s], T::kConsumerThreads);
       }
       ptx::mbarrier_init(&bar.fix, 1);
+      ptx::mbarrier_init(&bar.o_read, T::kConsumers);
     }
     ptx::mbarrier_init_fence();
   }
@@ -114,17 +118,21 @@ __global__ void __launch_bounds__(FwdCta<T, kStreams>::kThreads, FwdCta<T, kStre
       const sm80::KvBlockRange range = sm80::kv_block_range(
           p.mask, tile.row_begin, tile.row_end - 1, tile.span.len_q, tile.span.len_k, T::kBlockN);
       if (range.first() >= 0) {
-        fwd_consumer_mainloop<T, Source::kKvThroughGenericProxy>(
-            p, tile, range, smem, ptx::smem_address(q), &bar.q_full[buffer], q_parity, bar, tid,
-            consumer, blocks, acc);
+        fwd_consumer_mainloop<T, Source::kKvThroughGenericProxy, kQAfterS>(
+            p, tile, range, smem, ptx::smem_address(q), &bar.q_full[buffer], q_parity,
+            &bar.q_empty[buffer], bar, tid, consumer, blocks, acc);
       } else {
         ptx::mbarrier_wait(&bar.q_full[buffer], q_parity);  // the producer's turn of the buffer
+        if constexpr (kQAfterS) ptx::mbarrier_arrive(&bar.q_empty[buffer]);
       }
     }
     // Re-derived from a copy of the slot the compiler cannot see through, so that the tile's
     // fields are not held live through the mainloop (with them, ptxas spilled at d = 128).
     tile = walk.tile(p, opaque(slot));
-    fwd_epilogue<T>(p, maps, src, tile, q, &bar.q_empty[buffer], tid, consumer, wg, acc);
+    // Where O is staged for its TMA store, and the barrier its release arrives on.
+    unsigned char* const staging = kQAfterS ? smem + T::kVOffset : q;
+    std::uint64_t* const staged_read = kQAfterS ? &bar.o_read : &bar.q_empty[buffer];
+    fwd_epilogue<T, kQAfterS>(p, maps, src, tile, staging, staged_read, tid, consumer, wg, acc);
     ++q_use;
   }
   if (threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();  // out is complete when the kernel ends
@@ -161,7 +169,8 @@ void launch_fwd_with(const FwdParams& p, const FwdMaps& maps, int multiprocessor
   using W = FwdTraits<Elem, kHeadDim, kConsumers, kBlockN, kStreams>;
   if constexpr (W::kPersistentFits) {
     const int walkers = multiprocessors * W::kWalkersPerSm;
-    if (fwd_walk_persistent<W::kBlockM>(p, walkers)) {
+    if (fwd_walk_persistent<W::kBlockM>(p, walkers) &&
+        (!W::kWalkReleasesQAfterS || fwd_one_q_walk_pays(p))) {
       using Cta = FwdCta<W, kStreams>;
       return launch_grid(fwd_kernel<W, true, ContiguousSource, kStreams>,
                          dim3(unsigned(walkers / kStreams)), Cta::kThreads, Cta::kSmemBytes,

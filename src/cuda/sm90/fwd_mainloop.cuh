@@ -145,16 +145,18 @@ __device__ __forceinline__ void wait_stage(std::uint64_t* full, std::uint32_t pa
 }
 
 // tid: the thread among the consumer threads (0 .. kConsumerThreads - 1). q: the tile's Q
-// buffer, which has landed once q_full completes its phase q_parity. blocks: the CTA's count of
+// buffer, which has landed once q_full completes its phase q_parity; with kQAfterS each thread
+// arrives on q_empty once its last S is done. blocks: the CTA's count of
 // blocks so far, which gives each block's stage and phase; advanced by the tile's.
 // kKvGenericProxy: K and V arrive through cp.async (fwd_paged_rows.cuh).
-template <class T, bool kKvGenericProxy>
+template <class T, bool kKvGenericProxy, bool kQAfterS>
 __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const sm80::FwdTile& tile,
                                                       const sm80::KvBlockRange& range,
                                                       unsigned char* smem, std::uint32_t q,
                                                       std::uint64_t* q_full, std::uint32_t q_parity,
-                                                      FwdBarriers& bar, int tid, int consumer,
-                                                      int& blocks, sm80::FwdAccum<T>& acc) {
+                                                      std::uint64_t* q_empty, FwdBarriers& bar,
+                                                      int tid, int consumer, int& blocks,
+                                                      sm80::FwdAccum<T>& acc) {
   ConsumerState<T> c{p, range, {}, tid / 32, tid % 32, 0, 0, 0};
   c.q_tile = q + consumer * 64 * T::kSlabBytesPerRow;
   c.k_tiles = ptx::smem_address(smem) + T::kKOffset;
@@ -183,11 +185,12 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
   const bool masked = block_masked<T>(range, n);
   ptx::wgmma_wait<0>();
   ptx::mbarrier_arrive(&bar.k_empty[it % T::kStages]);
+  int next = range.next(n);
+  if (kQAfterS && next < 0) ptx::mbarrier_arrive(q_empty);
   softmax_of_block<T>(s, acc, c, n, masked, alpha);
   to_probs<T>(probs, s);
   if constexpr (T::kRescaleUnderS) alpha[0][0] = alpha[0][1] = 1.0f;  // O is still zero
 
-  int next = range.next(n);
   if (T::kPingpong && last_consumer && next >= 0) ptx::named_barrier_arrive(next_turn, 256);
   for (++it; next >= 0; ++it) {
     const int k_stage = it % T::kStages, v_stage = (it - 1) % T::kStages;
@@ -207,6 +210,7 @@ __device__ __forceinline__ void fwd_consumer_mainloop(const FwdParams& p, const 
     const bool masked_next = block_masked<T>(range, next);
     ptx::wgmma_wait<1>();  // S of block `next` (committed first) is done; P V may still run
     ptx::mbarrier_arrive(&bar.k_empty[k_stage]);
+    if (kQAfterS && after < 0) ptx::mbarrier_arrive(q_empty);
     softmax_of_block<T>(s, acc, c, next, masked_next, alpha);
     ptx::wgmma_wait<0>();
     ptx::warpgroup_fence_operands(flat<T::kD>(acc.o));

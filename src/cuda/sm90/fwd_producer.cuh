@@ -41,7 +41,7 @@ __device__ __forceinline__ void load_kv(const Source& src, unsigned char* tiles,
 // One tile's copies. blocks: the CTA's count of blocks so far (stage and phase of each copy),
 // advanced by the tile's; q_use: its count of tiles before this one (which Q buffer, which use);
 // thread: this producer thread (0 .. Source::kProducerThreads - 1).
-template <class T, class Source>
+template <class T, bool kOStagedOverV, class Source>
 __device__ __forceinline__ void produce_tile(const FwdParams& p, const FwdMaps& maps,
                                              const Source& src, sm80::FwdTile tile,
                                              unsigned char* smem, FwdBarriers& bar,
@@ -52,7 +52,8 @@ __device__ __forceinline__ void produce_tile(const FwdParams& p, const FwdMaps& 
   const typename Source::Keys keys = src.keys(p, tile);
   int n = range.first();
   // The first K before Q: with one Q buffer, its stage frees before the buffer does (the
-  // consumers release Q only after the previous tile's epilogue).
+  // consumers release Q after the previous tile's epilogue, or in d = 256's walk after its last
+  // S, which follows that K stage's release).
   if (n >= 0) {
     load_kv<T>(src, smem + T::kKOffset, bar.k_full, bar.k_empty, maps, KvOperand::k, blocks, keys,
                n, nullptr, thread);
@@ -68,11 +69,15 @@ __device__ __forceinline__ void produce_tile(const FwdParams& p, const FwdMaps& 
     ptx::mbarrier_arrive_expect_tx(&bar.q_full[buffer], T::kQBytes);
     src.template load_q<T>(smem + buffer * T::kQBytes, p, maps, &bar.q_full[buffer], tile);
   }
-  for (; n >= 0; ++blocks) {
+  for (bool first = true; n >= 0; ++blocks, first = false) {
     const int next = range.next(n);
     if (next >= 0) {
       load_kv<T>(src, smem + T::kKOffset, bar.k_full, bar.k_empty, maps, KvOperand::k, blocks + 1,
                  keys, next, nullptr, thread);
+    }
+    // d = 256's walk stages the last tile's O over the V stages (fwd_epilogue.cuh).
+    if (kOStagedOverV && first && q_use > 0 && thread == 0) {
+      ptx::mbarrier_wait(&bar.o_read, std::uint32_t(q_use - 1) & 1);
     }
     load_kv<T>(src, smem + T::kVOffset, bar.v_full, bar.v_empty, maps, KvOperand::v, blocks, keys,
                n, &fix, thread);
@@ -99,7 +104,8 @@ __device__ __forceinline__ void fwd_producer(const FwdParams& p, const FwdMaps& 
   for (int slot = 0; !walk.done(p, slot); ++slot) {
     const sm80::FwdTile tile = walk.tile(p, slot);
     if (tile.empty()) continue;
-    produce_tile<T>(p, maps, src, tile, smem, bar, fix, blocks, q_use++, thread);
+    produce_tile<T, kPersistent && T::kWalkReleasesQAfterS>(p, maps, src, tile, smem, bar, fix,
+                                                            blocks, q_use++, thread);
   }
 }
 

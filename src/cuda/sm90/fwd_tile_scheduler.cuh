@@ -101,4 +101,12 @@ inline bool fwd_walk_persistent(const FwdParams& p, int ctas) {
          FwdWalk<kBlockM, true>(p).units(p) > ctas;
 }
 
+// Whether d = 256's walk with one Q buffer (FwdTraits::kWalkReleasesQAfterS) beats a CTA per tile:
+// in the suite's harness on the H200 (docs/kernels/sm90_fwd.md, v40; two A/Bs) +2.6-4.1 % at 512
+// keys with or without a causal mask and -0.3..+3.0 % causal at 1k-2k, but -2..-8 % without a mask
+// from 1k keys and -1..-8 % causal from 4k.
+inline bool fwd_one_q_walk_pays(const FwdParams& p) {
+  return p.seqlen_k <= 512 || (core::masks_anything(p.mask) && p.seqlen_k <= 2048);
+}
+
 }  // namespace flashkit::cuda::sm90

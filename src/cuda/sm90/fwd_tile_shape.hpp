@@ -176,7 +176,15 @@ struct FwdTraits {
   // persistently all the same: while one waits for its next Q, the other two keep the SM busy.
   static constexpr int kQBuffers =
       kConsumers <= 2 && kWalkersPerSm * (smem_bytes(2) + 1024) <= 228 * 1024 ? 2 : 1;
-  static constexpr bool kPersistentFits = kQBuffers == 2 || kWalkersPerSm == 3;
+  // d = 256 can walk persistently with its one Q buffer, released once the tile's last S = Q K^T
+  // has read it (every consumer thread arrives on q_empty after its wait), so the next tile's Q
+  // lands under this tile's last P V and epilogue; O is then staged over the V stages, whose next
+  // loads wait for its stores (FlashAttention-3's layout). Only at short keys
+  // (fwd_one_q_walk_pays). (With the release after the epilogue, v15 measured the walk 1.5-9 %
+  // slower than a CTA per tile.) A CTA of one tile keeps the staging in Q.
+  static constexpr bool kWalkReleasesQAfterS = kQBuffers == 1 && kConsumers == 2 && kD >= 256;
+  static constexpr bool kPersistentFits =
+      kQBuffers == 2 || kWalkersPerSm == 3 || kWalkReleasesQAfterS;
   static constexpr int kKOffset = kQBuffers * kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKvBytes;
   static constexpr int kBarrierOffset = kVOffset + kStages * kKvBytes;
