@@ -127,7 +127,7 @@ double ring_error(std::mt19937& rng) {
       a.q = qs.view();
       a.k = ks.view();
       a.v = vs.view();
-      a.causal = true;
+      a.mask.causal = true;
       a.comm = ring[std::size_t(r)].get();
       a.out = out.view();
       a.lse = lse.view();

@@ -25,8 +25,8 @@ namespace flashkit {
 enum class CausalAlign : std::uint8_t { top_left, bottom_right };
 
 // Which keys each query may see, and how scores are shaped. For query i and key j of one
-// sequence, with shift = (seqlen_k - seqlen_q) for bottom_right and 0 for top_left and
-// diag = i + shift:
+// sequence, with shift = (seqlen_k - seqlen_q) for bottom_right and 0 for top_left, plus
+// diagonal_offset, and diag = i + shift:
 //   causal:         j <= diag
 //   window:         diag - window_left <= j <= diag + window_right (-1: unbounded on that side)
 //   prefix_lm:      keys j < prefix_len are visible to every query, whatever causal/window say
@@ -40,6 +40,10 @@ struct Mask {
   std::int64_t window_right = -1;
   std::int64_t prefix_len = 0;
   float softcap = 0.0f;
+  // Added to shift: queries that sit diagonal_offset positions after the keys' start, e.g. one
+  // chunk of a longer sequence against another chunk of it (ring attention's chunk pairs). The
+  // CPU backend only; CUDA and the paged and cascade calls require 0.
+  std::int64_t diagonal_offset = 0;
   // Optional f32 [heads_q] or [batch, heads_q], on the tensors' device.
   Tensor alibi_slopes;
 };

@@ -52,13 +52,15 @@ std::int64_t ring_global_position(RingLayout layout, int ranks, int rank, std::i
                                   std::int64_t t);
 
 // What forward and backward share. q [batch, L, heads_q, d], k / v [batch, L, heads_kv, d] are
-// this rank's shard, L the same on every rank (even for zigzag). The mask may be causal (over
-// global positions) with a softcap; windows, ALiBi and prefix-LM are refused.
+// this rank's shard, L the same on every rank (even for zigzag). The mask is over global
+// positions (queries and keys of the whole sequence share them, so `align` changes nothing):
+// causal, sliding window, prefix-LM (prefix_len global tokens), softcap and ALiBi (slopes on the
+// CPU, f32 [heads_q] or [batch, heads_q]); diagonal_offset must stay 0 (the ring sets it per
+// chunk pair).
 struct RingProblem {
   Tensor q, k, v;
   std::optional<float> softmax_scale;  // default 1/sqrt(d)
-  bool causal = false;
-  float softcap = 0.0f;
+  Mask mask;
   RingLayout layout = RingLayout::zigzag;
   RingCommunicator* comm = nullptr;
 };

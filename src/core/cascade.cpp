@@ -107,6 +107,7 @@ void check_mask(const Mask& m) {
     fail("mask.alibi_slopes", "none" + why, "a tensor " + m.alibi_slopes.shape_str());
   }
   if (m.prefix_len != 0) fail("mask.prefix_len", "0" + why, num(m.prefix_len));
+  if (m.diagonal_offset != 0) fail("mask.diagonal_offset", "0" + why, num(m.diagonal_offset));
 }
 
 void check_shared_sequence(const PagedKV& shared, const Device& device) {

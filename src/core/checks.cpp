@@ -100,6 +100,10 @@ MaskRule check_mask(const Mask& mask, std::int64_t batch, std::int64_t heads_q,
     fail("mask.window_right", ">= 0, or -1 for unbounded", num(mask.window_right));
   }
   if (mask.prefix_len < 0) fail("mask.prefix_len", ">= 0", num(mask.prefix_len));
+  if (mask.diagonal_offset != 0 && !device.is_cpu()) {
+    fail("mask.diagonal_offset", "0 on " + device.str() + " (offsets run on the CPU backend)",
+         num(mask.diagonal_offset));
+  }
   if (!(mask.softcap >= 0.0f) || !std::isfinite(mask.softcap)) {
     fail("mask.softcap", "a finite value >= 0 (0 turns it off)", num_real(mask.softcap));
   }
@@ -127,6 +131,7 @@ MaskRule check_mask(const Mask& mask, std::int64_t batch, std::int64_t heads_q,
   rule.window_right = mask.window_right;
   rule.prefix_len = mask.prefix_len;
   rule.softcap = mask.softcap;
+  rule.diagonal_offset = mask.diagonal_offset;
   return rule;
 }
 

@@ -16,12 +16,13 @@ struct MaskRule {
   std::int64_t window_right = -1;
   std::int64_t prefix_len = 0;
   float softcap = 0.0f;  // 0: off
+  std::int64_t diagonal_offset = 0;
 };
 
 // Where query i's causal diagonal meets the keys: diag = i + shift.
 FLASHKIT_HD std::int64_t diagonal_shift(const MaskRule& rule, std::int64_t len_q,
                                         std::int64_t len_k) {
-  return rule.bottom_right ? len_k - len_q : 0;
+  return (rule.bottom_right ? len_k - len_q : 0) + rule.diagonal_offset;
 }
 
 // The contiguous band [lo, hi] of keys that causal and window allow for a query on diagonal

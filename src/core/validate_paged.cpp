@@ -127,6 +127,10 @@ MaskRule check_paged_mask(const Mask& mask, std::int64_t batch, std::int64_t hea
     fail("mask.align", "bottom_right (the queries are the last tokens of each sequence)",
          "top_left");
   }
+  if (mask.diagonal_offset != 0) {
+    fail("mask.diagonal_offset", "0 (the queries are the last tokens of each sequence)",
+         num(mask.diagonal_offset));
+  }
   return check_mask(mask, batch, heads_q, device);
 }
 

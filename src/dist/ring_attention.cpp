@@ -1,6 +1,7 @@
 // Ring attention on the CPU backend: each step runs attention_forward / attention_backward on
-// chunk pairs of this rank's queries and the K/V shard it holds, merges or adds the results, and
-// shifts the shard (and, backward, its gradient accumulators) one rank along the ring.
+// chunk pairs of this rank's queries and the K/V shard it holds (the global mask moved to the
+// pair by Mask::diagonal_offset), merges or adds the results, and shifts the shard (and,
+// backward, its gradient accumulators) one rank along the ring.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -23,7 +24,6 @@ using core::num;
 using dist::Chunk;
 using dist::lse_columns;
 using dist::rows_of;
-using dist::Visibility;
 
 // A contiguous CPU buffer (8-byte aligned storage) and its view.
 class Buffer {
@@ -62,7 +62,7 @@ AttentionProblem shard_problem(const RingProblem& p) {
   whole.k = p.k;
   whole.v = p.v;
   whole.softmax_scale = p.softmax_scale;
-  whole.mask.softcap = p.softcap;
+  whole.mask = p.mask;
   return whole;
 }
 
@@ -70,6 +70,10 @@ AttentionProblem shard_problem(const RingProblem& p) {
 Shard check_local(const RingProblem& p, const Tensor& lse) {
   core::expect_cpu_only("q", p.q.device(), "ring attention");
   if (!lse.defined()) fail("lse", "a tensor (the backward reads it)", "none");
+  if (p.mask.diagonal_offset != 0) {
+    fail("mask.diagonal_offset", "0 (ring positions are global; each chunk pair sets its own)",
+         num(p.mask.diagonal_offset));
+  }
   const Shard s{p.q.size(0), p.q.size(1), p.q.size(2), p.k.size(2), p.q.size(3), p.v.size(3)};
   core::expect_size("k", p.k, 1, s.len, "q's local length (every rank holds L queries and L keys)");
   if (p.layout == RingLayout::zigzag && s.len % 2 != 0) {
@@ -110,10 +114,14 @@ class HeldShard {
   std::vector<Buffer> held_, next_;  // k, v, then dk, dv
 };
 
-Mask chunk_mask(const RingProblem& p, Visibility v) {
-  Mask m;
-  m.causal = v == Visibility::diagonal;  // chunks of equal length: both alignments agree
-  m.softcap = p.softcap;
+// The global mask as seen by one chunk pair: query t of chunk q is global token q0 + t and key u
+// of chunk kv is k0 + u, so the pair's diagonal sits q0 - k0 keys further on and its prefix-LM
+// keys are the first prefix_len - k0.
+Mask chunk_mask(const RingProblem& p, const Chunk& q, const Chunk& kv) {
+  Mask m = p.mask;
+  m.align = CausalAlign::top_left;
+  m.diagonal_offset = q.first_token() - kv.first_token();
+  m.prefix_len = std::clamp<std::int64_t>(p.mask.prefix_len - kv.first_token(), 0, kv.len);
   return m;
 }
 
@@ -122,10 +130,15 @@ Mask chunk_mask(const RingProblem& p, Visibility v) {
 void check_same_on_every_rank(const RingProblem& p, const Shard& s) {
   RingCommunicator& comm = *p.comm;
   const double scale = p.softmax_scale ? double(*p.softmax_scale) : -1.0;
-  const std::vector<double> mine{double(s.batch),     double(s.len),       double(s.heads_q),
-                                 double(s.heads_kv),  double(s.dim),       double(s.dim_v),
-                                 double(p.q.dtype()), double(p.k.dtype()), double(p.causal),
-                                 double(p.softcap),   double(p.layout),    scale};
+  const Mask& m = p.mask;
+  const std::vector<double> mine{double(s.batch),        double(s.len),
+                                 double(s.heads_q),      double(s.heads_kv),
+                                 double(s.dim),          double(s.dim_v),
+                                 double(p.q.dtype()),    double(p.k.dtype()),
+                                 double(m.causal),       double(m.window_left),
+                                 double(m.window_right), double(m.prefix_len),
+                                 double(m.softcap),      double(m.alibi_slopes.defined()),
+                                 double(p.layout),       scale};
   std::vector<double> held = mine, next(mine.size());
   std::vector<std::vector<double>> seen{mine};
   for (int step = 1; step < comm.size(); ++step) {
@@ -144,16 +157,16 @@ void check_same_on_every_rank(const RingProblem& p, const Shard& s) {
   }
 }
 
-// Calls visit(q chunk, kv chunk, visibility) for each chunk pair of this rank's queries and the
-// shard it holds at `step` that the mask lets meet.
+// Calls visit(q chunk, kv chunk) for each chunk pair of this rank's queries and the shard it
+// holds at `step` that the mask lets meet.
 template <class Visit>
-void for_each_visible_pair(const RingProblem& p, const Shard& s, int step, Visit&& visit) {
+void for_each_visible_pair(const RingProblem& p, const Shard& s, const core::MaskRule& rule,
+                           int step, Visit&& visit) {
   const int ranks = p.comm->size(), rank = p.comm->rank();
   const int source = (rank - step + ranks) % ranks;  // whose shard this rank holds
   for (const Chunk& qc : dist::shard_chunks(p.layout, ranks, rank, s.len)) {
     for (const Chunk& kc : dist::shard_chunks(p.layout, ranks, source, s.len)) {
-      const Visibility seen = dist::visibility(p.causal, qc, kc);
-      if (seen != Visibility::none && qc.len > 0) visit(qc, kc, seen);
+      if (dist::chunks_meet(rule, qc, kc, s.len * ranks)) visit(qc, kc);
     }
   }
 }
@@ -179,7 +192,7 @@ void forward(const RingAttentionArgs& a) {
   static_cast<AttentionProblem&>(whole) = shard_problem(a);
   whole.out = a.out;
   whole.lse = a.lse;
-  core::validate_forward(whole);
+  const core::MaskRule rule = core::validate_forward(whole).mask;
   const Shard s = check_local(a, a.lse);
   check_same_on_every_rank(a, s);
 
@@ -193,13 +206,13 @@ void forward(const RingAttentionArgs& a) {
 
   const int ranks = a.comm->size();
   for (int step = 0; step < ranks; ++step) {
-    for_each_visible_pair(a, s, step, [&](const Chunk& qc, const Chunk& kc, Visibility seen) {
+    for_each_visible_pair(a, s, rule, step, [&](const Chunk& qc, const Chunk& kc) {
       AttentionArgs p;
       p.q = rows_of(a.q, qc.local_start, qc.len);
       p.k = rows_of(held.k(), kc.local_start, kc.len);
       p.v = rows_of(held.v(), kc.local_start, kc.len);
       p.softmax_scale = a.softmax_scale;
-      p.mask = chunk_mask(a, seen);
+      p.mask = chunk_mask(a, qc, kc);
       p.out = rows_of(part_o.view(), 0, qc.len);
       p.lse = lse_columns(part_lse.view(), 0, qc.len);
       attention_forward(p);
@@ -221,7 +234,7 @@ void backward(const RingBackwardArgs& a) {
   whole.dq = a.dq;
   whole.dk = a.dk;
   whole.dv = a.dv;
-  core::validate_backward(whole);
+  const core::MaskRule rule = core::validate_backward(whole).mask;
   const Shard s = check_local(a, a.lse);
   check_same_on_every_rank(a, s);
 
@@ -234,13 +247,13 @@ void backward(const RingBackwardArgs& a) {
 
   const int ranks = a.comm->size();
   for (int step = 0; step < ranks; ++step) {
-    for_each_visible_pair(a, s, step, [&](const Chunk& qc, const Chunk& kc, Visibility seen) {
+    for_each_visible_pair(a, s, rule, step, [&](const Chunk& qc, const Chunk& kc) {
       BackwardArgs p;
       p.q = rows_of(a.q, qc.local_start, qc.len);
       p.k = rows_of(held.k(), kc.local_start, kc.len);
       p.v = rows_of(held.v(), kc.local_start, kc.len);
       p.softmax_scale = a.softmax_scale;
-      p.mask = chunk_mask(a, seen);
+      p.mask = chunk_mask(a, qc, kc);
       p.out = rows_of(a.out, qc.local_start, qc.len);
       p.lse = lse_columns(a.lse, qc.local_start, qc.len);
       p.dout = rows_of(a.dout, qc.local_start, qc.len);

@@ -13,9 +13,18 @@ std::vector<Chunk> shard_chunks(RingLayout layout, int ranks, int rank, std::int
   return {{0, half, rank}, {half, half, 2 * std::int64_t(ranks) - 1 - rank}};
 }
 
-Visibility visibility(bool causal, const Chunk& q, const Chunk& kv) {
-  if (!causal || kv.global < q.global) return Visibility::full;
-  return kv.global == q.global ? Visibility::diagonal : Visibility::none;
+bool chunks_meet(const core::MaskRule& rule, const Chunk& q, const Chunk& kv, std::int64_t total) {
+  if (q.len <= 0 || kv.len <= 0) return false;
+  const std::int64_t k0 = kv.first_token(), k1 = k0 + kv.len - 1;
+  if (k0 < rule.prefix_len) return true;  // prefix-LM keys are seen by every query
+  // Each query's band [lo, hi] only moves right with its position: one pass over the rows, the
+  // attention call on the pair costing len times more.
+  for (std::int64_t i = q.first_token(); i < q.first_token() + q.len; ++i) {
+    const core::KeyBand band = core::key_band(rule, i, total);
+    if (band.lo > k1) return false;  // and for every later row
+    if (band.lo <= band.hi && band.hi >= k0) return true;
+  }
+  return false;
 }
 
 }  // namespace dist

@@ -1,24 +1,27 @@
 // What ring attention's steps are made of: the chunks of a shard (where they sit in it and where
-// in the global sequence), which chunk pairs a causal mask lets meet, and the CPU loops that
-// merge, add and copy the partial results (ring_steps.cpp).
+// in the global sequence), which chunk pairs the mask lets meet, and the CPU loops that merge,
+// add and copy the partial results (ring_steps.cpp).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "core/mask_rules.hpp"
 #include "flashkit/ring.hpp"
 
 namespace flashkit::dist {
 
 // Rows [local_start, local_start + len) of a shard: global chunk `global` (chunks are numbered
-// in sequence order and all have the same length, so causality compares their numbers).
+// in sequence order and all have the same length, so chunk g starts at token g * len).
 struct Chunk {
   std::int64_t local_start, len, global;
+  std::int64_t first_token() const { return global * len; }
 };
 std::vector<Chunk> shard_chunks(RingLayout layout, int ranks, int rank, std::int64_t local_seqlen);
 
-enum class Visibility : std::uint8_t { none, diagonal, full };
-Visibility visibility(bool causal, const Chunk& q, const Chunk& kv);
+// True when some query of chunk q may see some key of chunk kv under `rule` over the whole
+// sequence of `total` tokens (queries and keys at the same positions, so no alignment shift).
+bool chunks_meet(const core::MaskRule& rule, const Chunk& q, const Chunk& kv, std::int64_t total);
 
 // Rows [start, start + len) of a [batch, L, heads, d] tensor, or columns of a [batch, heads, L]
 // lse.

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "attention_case.hpp"
+#include "core/checks.hpp"
+#include "core/mask_rules.hpp"
 #include "expect_error.hpp"
 #include "flashkit/flashkit.hpp"
 
@@ -181,6 +183,20 @@ TEST_F(Validation, WindowBelowMinusOne) {
   a.mask.window_left = -1;
   a.mask.window_right = -5;
   forward_fails(a, "mask.window_right", "-5");
+}
+
+// The offset that ring attention's chunk pairs use: taken on the CPU, refused by name elsewhere
+// (no CUDA kernel has been run with one).
+TEST(MaskChecks, DiagonalOffsetRunsOnTheCpuOnly) {
+  Mask m;
+  m.causal = true;
+  m.diagonal_offset = 3;
+  const core::MaskRule rule = core::check_mask(m, 1, 2, Device::cpu());
+  EXPECT_EQ(core::diagonal_shift(rule, 4, 4), 3);
+  m.align = CausalAlign::top_left;
+  EXPECT_EQ(core::diagonal_shift(core::check_mask(m, 1, 2, Device::cpu()), 4, 6), 3);
+  expect_error([&] { core::check_mask(m, 1, 2, Device::cuda(0)); }, "mask.diagonal_offset",
+               "CPU backend");
 }
 
 TEST_F(Validation, PrefixNegative) {

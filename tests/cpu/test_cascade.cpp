@@ -176,6 +176,9 @@ TEST_F(CascadeValidation, MaskPositionsAcrossLevelsAreRefused) {
   a = args();
   a.mask.align = CausalAlign::top_left;
   fails(a, "mask.align");
+  a = args();
+  a.mask.diagonal_offset = 1;
+  fails(a, "mask.diagonal_offset", "not modelled");
 }
 
 TEST_F(CascadeValidation, SharedSequence) {

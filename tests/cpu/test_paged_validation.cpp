@@ -232,6 +232,12 @@ TEST_F(PagedValidation, TopLeftCausal) {
   fails(a, "mask.align", "bottom_right");
 }
 
+TEST_F(PagedValidation, DiagonalOffset) {
+  auto a = args();
+  a.mask.diagonal_offset = 4;
+  fails(a, "mask.diagonal_offset", "last tokens of each sequence");
+}
+
 TEST_F(PagedValidation, WindowAndSoftcap) {
   auto a = args();
   a.mask.window_left = -2;

@@ -1,7 +1,8 @@
 // Ring attention on the in-process ring against the fp64 oracle on the whole sequence: every
 // rank's outputs, lse and gradients at their global positions, over ring sizes 1-4, both layouts,
-// causal and not, GQA, softcap and bf16 inputs. Then the zigzag balance the layout exists for, and
-// bad calls: an Error on every rank, never a rank left waiting.
+// causal and not, GQA, softcap and bf16 inputs, sliding windows (narrower and wider than a
+// chunk), prefix-LM and ALiBi. Then the zigzag balance the layout exists for, and bad calls: an
+// Error on every rank, never a rank left waiting.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +25,8 @@ struct RingSpec {
   RingLayout layout = RingLayout::zigzag;
   bool causal = true;
   float softcap = 0.0f;
+  std::int64_t window_left = -1, window_right = -1, prefix_len = 0;
+  bool alibi = false;
   DType dtype = DType::f32;
   std::int64_t batch = 2, local = 6, heads_q = 4, heads_kv = 2, dim = 32;
   std::uint32_t seed = 1;
@@ -32,7 +35,20 @@ struct RingSpec {
   std::string name() const {
     return std::to_string(ranks) + " ranks, " +
            (layout == RingLayout::zigzag ? "zigzag" : "contiguous") + (causal ? ", causal" : "") +
-           (softcap > 0 ? ", softcap" : "") + ", " + dtype_name(dtype);
+           (softcap > 0 ? ", softcap" : "") + ", window " + std::to_string(window_left) + "/" +
+           std::to_string(window_right) + ", prefix " + std::to_string(prefix_len) +
+           (alibi ? ", alibi" : "") + ", " + dtype_name(dtype);
+  }
+  // The global mask; ALiBi's slopes (2^-(h + 1) / 2) live in `slopes`.
+  Mask mask(const HostTensor& slopes) const {
+    Mask m;
+    m.causal = causal;
+    m.softcap = softcap;
+    m.window_left = window_left;
+    m.window_right = window_right;
+    m.prefix_len = prefix_len;
+    if (alibi) m.alibi_slopes = slopes;
+    return m;
   }
 };
 
@@ -66,7 +82,7 @@ struct Oracle {
 };
 
 Oracle oracle(const RingSpec& s, const HostTensor& q, const HostTensor& k, const HostTensor& v,
-              const HostTensor& dout) {
+              const HostTensor& dout, const HostTensor& slopes) {
   HostTensor q64(DType::f64, q.shape()), k64(DType::f64, k.shape()), v64(DType::f64, v.shape());
   HostTensor do64(DType::f64, dout.shape());
   q64.set_values(q.values());
@@ -79,8 +95,7 @@ Oracle oracle(const RingSpec& s, const HostTensor& q, const HostTensor& k, const
   f.q = q64;
   f.k = k64;
   f.v = v64;
-  f.mask.causal = s.causal;
-  f.mask.softcap = s.softcap;
+  f.mask = s.mask(slopes);
   f.algo = Algo::reference;
   f.out = out;
   f.lse = lse;
@@ -119,7 +134,11 @@ void check_ring(const RingSpec& s) {
   HostTensor v(s.dtype, {s.batch, s.total(), s.heads_kv, s.dim});
   HostTensor dout(s.dtype, {s.batch, s.total(), s.heads_q, s.dim});
   for (HostTensor* t : {&q, &k, &v, &dout}) t->fill_random(rng);
-  const Oracle want = oracle(s, q, k, v, dout);
+  HostTensor slopes(DType::f32, {s.heads_q});
+  std::vector<double> slope_values;
+  for (std::int64_t h = 0; h < s.heads_q; ++h) slope_values.push_back(std::ldexp(0.5, -int(h) - 1));
+  slopes.set_values(slope_values);
+  const Oracle want = oracle(s, q, k, v, dout, slopes);
 
   auto ring = make_in_process_ring(s.ranks);
   std::vector<RankResult> got(std::size_t(s.ranks));
@@ -142,8 +161,7 @@ void check_ring(const RingSpec& s) {
         a.q = qr;
         a.k = kr;
         a.v = vr;
-        a.causal = s.causal;
-        a.softcap = s.softcap;
+        a.mask = s.mask(slopes);
         a.layout = s.layout;
         a.comm = ring[std::size_t(r)].get();
         a.out = res.out;
@@ -208,6 +226,37 @@ TEST(RingAttention, MatchesTheOracleOnTheWholeSequence) {
         s.layout = layout;
         s.causal = causal;
         s.seed = std::uint32_t(ranks * 4 + int(layout) * 2 + int(causal));
+        check_ring(s);
+      }
+    }
+  }
+}
+
+// Windows narrower than a chunk (most chunk pairs meet no key and are skipped), wider than one,
+// one-sided and two-sided, with and without causal; prefix-LM whose prefix ends inside a chunk;
+// ALiBi, whose distances must be global ones.
+TEST(RingAttention, WindowsPrefixLmAndAlibiUseGlobalPositions) {
+  struct Case {
+    bool causal;
+    std::int64_t left, right, prefix;
+    bool alibi;
+  };
+  const Case cases[] = {{true, 2, -1, 0, false},  {true, 9, -1, 0, false},  {false, 3, 4, 0, false},
+                        {false, -1, 2, 0, false}, {true, -1, -1, 5, false}, {true, 4, -1, 7, false},
+                        {false, -1, -1, 0, true}, {true, 5, -1, 0, true}};
+  int n = 0;
+  for (const Case& c : cases) {
+    for (int ranks : {2, 3}) {
+      for (RingLayout layout : {RingLayout::contiguous, RingLayout::zigzag}) {
+        RingSpec s;
+        s.ranks = ranks;
+        s.layout = layout;
+        s.causal = c.causal;
+        s.window_left = c.left;
+        s.window_right = c.right;
+        s.prefix_len = c.prefix;
+        s.alibi = c.alibi;
+        s.seed = std::uint32_t(100 + n++);
         check_ring(s);
       }
     }
@@ -317,6 +366,9 @@ TEST(RingErrors, EachBadArgumentIsNamed) {
   auto kv_len = forward_errors([](int, RingAttentionArgs& a, const HostTensor& odd,
                                   const HostTensor&, const HostTensor&) { a.k = a.v = odd; });
   EXPECT_EQ(kv_len[0].first, "k.shape[1]") << kv_len[0].second;
+  auto offset = forward_errors([](int, RingAttentionArgs& a, const HostTensor&, const HostTensor&,
+                                  const HostTensor&) { a.mask.diagonal_offset = 3; });
+  EXPECT_EQ(offset[0].first, "mask.diagonal_offset") << offset[0].second;
   auto on_gpu = forward_errors(
       [](int, RingAttentionArgs& a, const HostTensor&, const HostTensor&, const HostTensor&) {
         for (Tensor* t : {&a.q, &a.k, &a.v, &a.out, &a.lse}) {
