@@ -39,7 +39,7 @@ struct RingSpec {
            std::to_string(window_right) + ", prefix " + std::to_string(prefix_len) +
            (alibi ? ", alibi" : "") + ", " + dtype_name(dtype);
   }
-  // The global mask; ALiBi's slopes (2^-(h + 1) / 2) live in `slopes`.
+  // The global mask; ALiBi's slopes (2^-(h + 2) for head h) live in `slopes`.
   Mask mask(const HostTensor& slopes) const {
     Mask m;
     m.causal = causal;
