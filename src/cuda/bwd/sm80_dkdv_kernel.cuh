@@ -42,7 +42,7 @@ __device__ __forceinline__ void add_pair(float* dst, float x0, float x1) {
 
 // A [kRows x kCols] tile of Out elements in shared memory, 16-byte units swizzled.
 template <class Out, int kRows, int kCols>
-using StagedTile = ptx::SwizzledTile<kRows, kCols* int(sizeof(Out)) / 16>;
+using StagedTile = ptx::SwizzledTile<kRows, int(sizeof(Out)) * kCols / 16>;
 
 // A warp's [kMt x 16] x [kNt x 8] share of an fp32 accumulator (mma.sync's C layout: lane (g, t)
 // holds rows g and g + 8, columns 2t and 2t + 1 of each 16 x 8 tile), rows row0.., columns
