@@ -60,3 +60,22 @@ def test_collective_stubs_are_not_loops():
     assert (ins[lo][0], ins[hi][0]) == (0x10, 0x90)
     assert sass_loop.closes_collective_stub(ins, len(ins) - 1)
     assert not sass_loop.closes_collective_stub(ins, hi)
+
+
+def test_ldmatrix_distances_follow_every_register_of_a_load():
+    """An x4 ldmatrix writes four registers: an mma reading the upper pair of a B fragment is fed
+    by that load too. Loads of another trip and plain writes in between do not count."""
+    body = [
+        (0x00, "LDSM.16.M88.4 R8, [R2]"),  # A: R8..R11
+        (0x10, "LDSM.16.M88.4 R12, [R3]"),  # B of two n8 tiles: R12..R15
+        (0x20, "HMMA.16816.F32.BF16 R20, R8, R12, R20"),  # 1 after the B load
+        (0x30, "FMUL R5, R5, R5"),
+        (0x40, "HMMA.16816.F32.BF16 R24, R8, R14, R24"),  # the upper pair: 3 after it
+        (0x50, "MOV R12, R5"),  # R12 and R13 no longer ldmatrix results
+        (0x60, "MOV R13, R5"),
+        (0x70, "HMMA.16816.F32.BF16 R28, R4, R12, R28"),  # fed by no load
+        (0x80, "HMMA.16816.F32.BF16 R28, R4, R16, R28"),  # nor this one
+        (0x90, "EXIT"),
+    ]
+    ins = sass_loop.functions(listing(body))["_Z6kernelv"]
+    assert sass_loop.ldmatrix_distances(ins, list(range(len(ins)))) == [1, 3]
