@@ -14,6 +14,7 @@ int run_info() {
   std::printf("  compiler    %s\n", b.compiler.c_str());
   std::printf("  cpu isa     %s\n", b.cpu_isa.c_str());
   std::printf("  cuda        %s\n", b.cuda ? ("yes, archs " + b.cuda_archs).c_str() : "no");
+  std::printf("  nccl        %s\n", b.nccl ? "yes (make_nccl_ring)" : "no");
   std::printf("devices:\n");
   for (const DeviceInfo& d : devices()) {
     std::printf("  %-5s %s\n        algorithms: %s\n", d.backend.c_str(), d.name.c_str(),

@@ -41,8 +41,8 @@ struct Mask {
   std::int64_t prefix_len = 0;
   float softcap = 0.0f;
   // Added to shift: queries that sit diagonal_offset positions after the keys' start, e.g. one
-  // chunk of a longer sequence against another chunk of it (ring attention's chunk pairs). The
-  // CPU backend only; CUDA and the paged and cascade calls require 0.
+  // chunk of a longer sequence against another chunk of it (ring attention's chunk pairs). Within
+  // +-2^31 on CUDA; the paged and cascade calls require 0.
   std::int64_t diagonal_offset = 0;
   // Optional f32 [heads_q] or [batch, heads_q], on the tensors' device.
   Tensor alibi_slopes;

@@ -11,6 +11,7 @@ const char* version() noexcept;
 struct BuildInfo {
   bool cuda = false;       // CUDA backend compiled in
   std::string cuda_archs;  // "80;90a"
+  bool nccl = false;       // the NCCL ring communicator compiled in (make_nccl_ring)
   std::string cpu_isa;     // what the CPU kernels were compiled for
   std::string compiler;    // "GNU 12.2.0"
   std::string build_type;  // "Release"

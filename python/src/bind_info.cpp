@@ -17,6 +17,7 @@ void bind_info(nb::module_& m) {
     nb::dict d;
     d["cuda"] = b.cuda;
     d["cuda_archs"] = b.cuda_archs;
+    d["nccl"] = b.nccl;
     d["cpu_isa"] = b.cpu_isa;
     d["compiler"] = b.compiler;
     d["build_type"] = b.build_type;

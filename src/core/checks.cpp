@@ -100,9 +100,12 @@ MaskRule check_mask(const Mask& mask, std::int64_t batch, std::int64_t heads_q,
     fail("mask.window_right", ">= 0, or -1 for unbounded", num(mask.window_right));
   }
   if (mask.prefix_len < 0) fail("mask.prefix_len", ">= 0", num(mask.prefix_len));
-  if (mask.diagonal_offset != 0 && !device.is_cpu()) {
-    fail("mask.diagonal_offset", "0 on " + device.str() + " (offsets run on the CPU backend)",
-         num(mask.diagonal_offset));
+  // The CUDA kernels hold token indices below 2^31 (forward.cpp's limit) and add the offset to
+  // them in 64 bits; a bound of the same size keeps every sum far from overflow.
+  constexpr std::int64_t kCudaOffsetBound = std::int64_t(1) << 31;
+  if (!device.is_cpu() &&
+      (mask.diagonal_offset > kCudaOffsetBound || mask.diagonal_offset < -kCudaOffsetBound)) {
+    fail("mask.diagonal_offset", "within +-2^31 on " + device.str(), num(mask.diagonal_offset));
   }
   if (!(mask.softcap >= 0.0f) || !std::isfinite(mask.softcap)) {
     fail("mask.softcap", "a finite value >= 0 (0 turns it off)", num_real(mask.softcap));

@@ -27,6 +27,7 @@ BuildInfo build_info() {
   info.cuda = true;
   info.cuda_archs = kCudaArchs;
 #endif
+  info.nccl = FLASHKIT_HAVE_NCCL;
   info.cpu_isa = cpu::isa_name();
   info.compiler = kCompiler;
   info.build_type = kBuildType;

@@ -1,10 +1,12 @@
-// Ring attention on the CPU backend: each step runs attention_forward / attention_backward on
-// chunk pairs of this rank's queries and the K/V shard it holds (the global mask moved to the
-// pair by Mask::diagonal_offset), merges or adds the results, and shifts the shard (and,
-// backward, its gradient accumulators) one rank along the ring.
+// Ring attention: each step runs attention_forward / attention_backward on chunk pairs of this
+// rank's queries and the K/V shard it holds (the global mask moved to the pair by
+// Mask::diagonal_offset, or dropped where the pair sees every key), merges or adds the results,
+// and shifts the shard (and, backward, its gradient accumulator) one rank along the ring. The
+// same steps run on the CPU and, queued on the caller's streams, on a CUDA device.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,8 +14,13 @@
 #include "core/checks.hpp"
 #include "core/validate.hpp"
 #include "dist/ring_plan.hpp"
+#include "dist/ring_streams.hpp"
 #include "flashkit/error.hpp"
 #include "flashkit/ring.hpp"
+#if FLASHKIT_HAVE_CUDA
+#include "cuda/common/device.hpp"
+#include "cuda/ring_ops.hpp"
+#endif
 
 namespace flashkit {
 
@@ -21,41 +28,17 @@ namespace {
 
 using core::fail;
 using core::num;
+using dist::Arrival;
 using dist::Chunk;
 using dist::lse_columns;
+using dist::RingBuffer;
 using dist::rows_of;
-
-// A contiguous CPU buffer (8-byte aligned storage) and its view.
-class Buffer {
- public:
-  Buffer(DType dtype, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d = -1)
-      : storage_(words(dtype, a * b * c * std::max<std::int64_t>(d, 1)), 0),
-        view_(d < 0 ? Tensor(storage_.data(), dtype, {a, b, c})
-                    : Tensor(storage_.data(), dtype, {a, b, c, d})) {}
-  Buffer(const Buffer&) = delete;  // the view points into storage_
-  Buffer& operator=(const Buffer&) = delete;
-  Buffer(Buffer&&) = default;  // moving the vector keeps its heap block, so the view stays valid
-  Buffer& operator=(Buffer&&) = default;
-
-  const Tensor& view() const { return view_; }
-  void fill(float value) {
-    auto* x = view_.data_as<float>();
-    std::fill(x, x + view_.numel(), value);
-  }
-
- private:
-  static std::size_t words(DType dtype, std::int64_t elems) {
-    return std::size_t((elems * std::int64_t(dtype_size(dtype)) + 7) / 8);
-  }
-  std::vector<std::uint64_t> storage_;
-  Tensor view_;
-};
 
 struct Shard {
   std::int64_t batch, len, heads_q, heads_kv, dim, dim_v;
 };
 
-// The shard as one attention problem, so its shapes and dtypes are checked as usual.
+// The shard as one attention problem, so its shapes, dtypes and devices are checked as usual.
 AttentionProblem shard_problem(const RingProblem& p) {
   AttentionProblem whole;
   whole.q = p.q;
@@ -63,12 +46,20 @@ AttentionProblem shard_problem(const RingProblem& p) {
   whole.v = p.v;
   whole.softmax_scale = p.softmax_scale;
   whole.mask = p.mask;
+  whole.stream = p.stream;
   return whole;
 }
 
 // What the ring adds to the shard's own checks, none of which needs another rank.
 Shard check_local(const RingProblem& p, const Tensor& lse) {
-  core::expect_cpu_only("q", p.q.device(), "ring attention");
+#if FLASHKIT_HAVE_CUDA
+  // Before any buffer is made on it: present, and current (the attention calls launch there).
+  if (p.q.device().is_cuda()) cuda::current_device_capability("q", p.q.device());
+#else
+  if (p.q.device().is_cuda()) {
+    fail("q.device", "cpu (this build has no CUDA backend)", p.q.device().str());
+  }
+#endif
   if (!lse.defined()) fail("lse", "a tensor (the backward reads it)", "none");
   if (p.mask.diagonal_offset != 0) {
     fail("mask.diagonal_offset", "0 (ring positions are global; each chunk pair sets its own)",
@@ -83,90 +74,156 @@ Shard check_local(const RingProblem& p, const Tensor& lse) {
   return s;
 }
 
-// The K/V shard a rank holds at a step (and, backward, its f32 gradient accumulators), with the
-// buffers the next step's shard arrives in.
+// The problem header every rank must share, led by whether this rank's own checks passed.
+std::vector<double> header(const RingProblem& p, const std::optional<Shard>& s) {
+  if (!s) return std::vector<double>(17, 0.0);
+  const double scale = p.softmax_scale ? double(*p.softmax_scale) : -1.0;
+  const Mask& m = p.mask;
+  return {1.0,
+          double(s->batch),
+          double(s->len),
+          double(s->heads_q),
+          double(s->heads_kv),
+          double(s->dim),
+          double(s->dim_v),
+          double(p.q.dtype()),
+          double(p.k.dtype()),
+          double(m.causal),
+          double(m.window_left),
+          double(m.window_right),
+          double(m.prefix_len),
+          double(m.softcap),
+          double(m.alibi_slopes.defined()),
+          double(p.layout),
+          scale};
+}
+
+// Passes `mine` R - 1 times around the ring and returns every rank's, starting with this rank's
+// left neighbour. CUDA shards pass it through device memory (an NCCL ring moves nothing else),
+// synchronising `stream` once per shift.
+std::vector<std::vector<double>> every_header(const RingProblem& p,
+                                              const std::vector<double>& mine) {
+  RingCommunicator& comm = *p.comm;
+  const Device device = p.q.defined() && p.q.device().is_cuda() ? p.q.device() : Device::cpu();
+  const std::int64_t n = std::int64_t(mine.size());
+  const std::size_t bytes = mine.size() * sizeof(double);
+  RingBuffer send(device, p.stream, DType::f64, {n}), recv(device, p.stream, DType::f64, {n});
+  std::vector<double> held = mine;
+  std::vector<std::vector<double>> seen;
+  for (int step = 1; step < comm.size(); ++step) {
+    if (device.is_cpu()) {
+      std::copy(held.begin(), held.end(), send.view().data_as<double>());
+      comm.shift(send.view(), recv.view(), p.stream);
+      std::copy_n(recv.view().data_as<const double>(), n, held.begin());
+    } else {
+#if FLASHKIT_HAVE_CUDA
+      cuda::ring_copy_to_device(send.view().data(), held.data(), bytes, p.stream);
+      comm.shift(send.view(), recv.view(), p.stream);
+      cuda::ring_copy_to_host(held.data(), recv.view().data(), bytes, p.stream);
+#endif
+    }
+    seen.push_back(held);
+  }
+  (void)bytes;
+  return seen;
+}
+
+// Runs the local checks and passes their outcome and the problem header around the ring: a rank
+// whose checks failed throws its own Error, every other rank one naming that rank, and ranks whose
+// headers differ all throw; so no rank is left waiting in a shift for one that gave up.
+template <class LocalChecks>
+Shard agree_on_problem(const RingProblem& p, LocalChecks&& local_checks) {
+  std::optional<Error> failed;
+  std::optional<Shard> s;
+  try {
+    s = local_checks();
+  } catch (const Error& e) {
+    failed = e;
+  }
+  const std::vector<double> mine = header(p, s);
+  std::vector<std::vector<double>> seen;
+  try {
+    seen = every_header(p, mine);
+  } catch (const Error&) {
+    if (failed) throw *failed;
+    throw;
+  }
+  if (failed) throw *failed;
+  const int rank = p.comm->rank(), ranks = p.comm->size();
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    const int other = (rank - int(i) - 1 + ranks) % ranks;
+    if (seen[i][0] == 0.0) {
+      throw Error("ring: another rank's call failed (rank " + num(other) +
+                  " found its arguments invalid), so this rank's call was abandoned");
+    }
+  }
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    if (seen[i] != mine) {
+      const int other = (rank - int(i) - 1 + ranks) % ranks;
+      fail("q", "the same shard shapes, dtypes, mask, layout and scale on every rank",
+           "rank " + num(other) + "'s differing from rank " + num(rank) + "'s");
+    }
+  }
+  return *s;
+}
+
+// The K/V shard a rank holds at a step, and the buffers the next step's shard arrives in.
 class HeldShard {
  public:
-  HeldShard(const RingProblem& p, const Shard& s, bool with_gradients) {
-    for (int i = 0; i < (with_gradients ? 4 : 2); ++i) {
-      const DType dtype = i == 0 ? p.k.dtype() : i == 1 ? p.v.dtype() : DType::f32;
-      const std::int64_t dim = i % 2 == 0 ? s.dim : s.dim_v;
-      held_.emplace_back(dtype, s.batch, s.len, s.heads_kv, dim);
-      next_.emplace_back(dtype, s.batch, s.len, s.heads_kv, dim);
+  HeldShard(const RingProblem& p, const Shard& s) {
+    for (const Tensor* from : {&p.k, &p.v}) {
+      for (auto* side : {&held_, &next_}) {
+        side->emplace_back(
+            p.q.device(), p.stream, from->dtype(),
+            std::initializer_list<std::int64_t>{s.batch, s.len, s.heads_kv, from->size(3)});
+      }
+      dist::copy_into(held_.back().view(), *from, p.stream);
     }
-    dist::copy_into(held_[0].view(), p.k);
-    dist::copy_into(held_[1].view(), p.v);
   }
   const Tensor& k() const { return held_[0].view(); }
   const Tensor& v() const { return held_[1].view(); }
-  const Tensor& dk() const { return held_[2].view(); }
-  const Tensor& dv() const { return held_[3].view(); }
-  // Passes what this rank holds to the next rank and takes the previous rank's; with
-  // `gradients_only`, the accumulators alone.
-  void shift(RingCommunicator& comm, bool gradients_only) {
-    for (std::size_t i = gradients_only ? 2 : 0; i < held_.size(); ++i) {
-      comm.shift(held_[i].view(), next_[i].view());
-      std::swap(held_[i], next_[i]);
+  // Queues the held shard's trip to the next rank, and the previous rank's into `next`.
+  void send(RingCommunicator& comm, void* stream) {
+    for (std::size_t i = 0; i < held_.size(); ++i) {
+      comm.shift(held_[i].view(), next_[i].view(), stream);
     }
   }
+  void take_next() { std::swap(held_, next_); }
 
  private:
-  std::vector<Buffer> held_, next_;  // k, v, then dk, dv
+  std::vector<RingBuffer> held_, next_;  // k, v
 };
 
 // The global mask as seen by one chunk pair: query t of chunk q is global token q0 + t and key u
 // of chunk kv is k0 + u, so the pair's diagonal sits q0 - k0 keys further on and its prefix-LM
-// keys are the first prefix_len - k0.
-Mask chunk_mask(const RingProblem& p, const Chunk& q, const Chunk& kv) {
+// keys are the first prefix_len - k0. A pair that sees every key takes no mask (the kernels then
+// test none; causal rings are mostly such pairs).
+Mask chunk_mask(const RingProblem& p, const core::MaskRule& rule, const Chunk& q, const Chunk& kv,
+                std::int64_t total) {
   Mask m = p.mask;
+  if (dist::pair_sees_everything(rule, p.mask.alibi_slopes.defined(), q, kv, total)) {
+    m.causal = false;
+    m.window_left = m.window_right = -1;
+    m.prefix_len = 0;
+    return m;
+  }
   m.align = CausalAlign::top_left;
   m.diagonal_offset = q.first_token() - kv.first_token();
   m.prefix_len = std::clamp<std::int64_t>(p.mask.prefix_len - kv.first_token(), 0, kv.len);
   return m;
 }
 
-// Every rank's problem header, passed R - 1 times around the ring, must equal this rank's. All
-// ranks see every header, so a mismatch throws on each of them and none waits for the others.
-void check_same_on_every_rank(const RingProblem& p, const Shard& s) {
-  RingCommunicator& comm = *p.comm;
-  const double scale = p.softmax_scale ? double(*p.softmax_scale) : -1.0;
-  const Mask& m = p.mask;
-  const std::vector<double> mine{double(s.batch),        double(s.len),
-                                 double(s.heads_q),      double(s.heads_kv),
-                                 double(s.dim),          double(s.dim_v),
-                                 double(p.q.dtype()),    double(p.k.dtype()),
-                                 double(m.causal),       double(m.window_left),
-                                 double(m.window_right), double(m.prefix_len),
-                                 double(m.softcap),      double(m.alibi_slopes.defined()),
-                                 double(p.layout),       scale};
-  std::vector<double> held = mine, next(mine.size());
-  std::vector<std::vector<double>> seen{mine};
-  for (int step = 1; step < comm.size(); ++step) {
-    const Tensor send(held.data(), DType::f64, {std::int64_t(held.size())});
-    const Tensor recv(next.data(), DType::f64, {std::int64_t(next.size())});
-    comm.shift(send, recv);
-    std::swap(held, next);
-    seen.push_back(held);
-  }
-  for (std::size_t i = 1; i < seen.size(); ++i) {
-    if (seen[i] != mine) {
-      const int other = (comm.rank() - int(i) + comm.size()) % comm.size();
-      fail("q", "the same shard shapes, dtypes, mask, layout and scale on every rank",
-           "rank " + num(other) + "'s differing from rank " + num(comm.rank()) + "'s");
-    }
-  }
-}
-
-// Calls visit(q chunk, kv chunk) for each chunk pair of this rank's queries and the shard it
-// holds at `step` that the mask lets meet.
+// Calls visit(q chunk, kv chunk, mask) for each chunk pair of this rank's queries and the shard
+// it holds at `step` that the mask lets meet.
 template <class Visit>
 void for_each_visible_pair(const RingProblem& p, const Shard& s, const core::MaskRule& rule,
                            int step, Visit&& visit) {
   const int ranks = p.comm->size(), rank = p.comm->rank();
   const int source = (rank - step + ranks) % ranks;  // whose shard this rank holds
+  const std::int64_t total = s.len * ranks;
   for (const Chunk& qc : dist::shard_chunks(p.layout, ranks, rank, s.len)) {
     for (const Chunk& kc : dist::shard_chunks(p.layout, ranks, source, s.len)) {
-      if (dist::chunks_meet(rule, qc, kc, s.len * ranks)) visit(qc, kc);
+      if (dist::chunks_meet(rule, qc, kc, total)) visit(qc, kc, chunk_mask(p, rule, qc, kc, total));
     }
   }
 }
@@ -187,73 +244,124 @@ void aborting_ring_on_error(RingCommunicator* comm, Body&& body) {
   }
 }
 
-void forward(const RingAttentionArgs& a) {
-  AttentionArgs whole;
-  static_cast<AttentionProblem&>(whole) = shard_problem(a);
-  whole.out = a.out;
-  whole.lse = a.lse;
-  const core::MaskRule rule = core::validate_forward(whole).mask;
-  const Shard s = check_local(a, a.lse);
-  check_same_on_every_rank(a, s);
-
+void run_forward(const RingAttentionArgs& a, const Shard& s, const core::MaskRule& rule) {
+  const Device dev = a.q.device();
   const std::int64_t chunk = chunk_rows(a, s);
-  HeldShard held(a, s, false);
-  Buffer acc_o(DType::f32, s.batch, s.len, s.heads_q, s.dim_v);
-  Buffer acc_lse(DType::f32, s.batch, s.heads_q, s.len);
-  acc_lse.fill(-std::numeric_limits<float>::infinity());
-  Buffer part_o(DType::f32, s.batch, chunk, s.heads_q, s.dim_v);
-  Buffer part_lse(DType::f32, s.batch, s.heads_q, chunk);
+  HeldShard held(a, s);
+  RingBuffer acc_o(dev, a.stream, DType::f32, {s.batch, s.len, s.heads_q, s.dim_v});
+  RingBuffer acc_lse(dev, a.stream, DType::f32, {s.batch, s.heads_q, s.len});
+  RingBuffer part_o(dev, a.stream, DType::f32, {s.batch, chunk, s.heads_q, s.dim_v});
+  RingBuffer part_lse(dev, a.stream, DType::f32, {s.batch, s.heads_q, chunk});
+  dist::fill(acc_o.view(), 0.0f, a.stream);  // weighed by 0 until a key is seen, so not NaN
+  dist::fill(acc_lse.view(), -std::numeric_limits<float>::infinity(), a.stream);
+  dist::RingStreams streams(a);  // after the buffers: it joins the streams before they are freed
 
   const int ranks = a.comm->size();
   for (int step = 0; step < ranks; ++step) {
-    for_each_visible_pair(a, s, rule, step, [&](const Chunk& qc, const Chunk& kc) {
+    const bool more = step + 1 < ranks;
+    if (more) {
+      streams.comm_waits_main();  // `next` was the held shard of the step before
+      held.send(*a.comm, streams.comm());
+      streams.mark(Arrival::kv);
+    }
+    for_each_visible_pair(a, s, rule, step, [&](const Chunk& qc, const Chunk& kc, const Mask& m) {
       AttentionArgs p;
       p.q = rows_of(a.q, qc.local_start, qc.len);
       p.k = rows_of(held.k(), kc.local_start, kc.len);
       p.v = rows_of(held.v(), kc.local_start, kc.len);
       p.softmax_scale = a.softmax_scale;
-      p.mask = chunk_mask(a, qc, kc);
+      p.mask = m;
+      p.stream = a.stream;
       p.out = rows_of(part_o.view(), 0, qc.len);
       p.lse = lse_columns(part_lse.view(), 0, qc.len);
       attention_forward(p);
       dist::merge_partial(rows_of(acc_o.view(), qc.local_start, qc.len),
-                          lse_columns(acc_lse.view(), qc.local_start, qc.len), p.out, p.lse);
+                          lse_columns(acc_lse.view(), qc.local_start, qc.len), p.out, p.lse,
+                          a.stream);
     });
-    if (step + 1 < ranks) held.shift(*a.comm, false);
+    if (more) {
+      streams.main_waits(Arrival::kv);
+      held.take_next();
+    }
   }
-  dist::copy_into(a.out, acc_o.view());
-  dist::copy_into(a.lse, acc_lse.view());
+  dist::copy_into(a.out, acc_o.view(), a.stream);
+  dist::copy_into(a.lse, acc_lse.view(), a.stream);
 }
 
-void backward(const RingBackwardArgs& a) {
-  BackwardArgs whole;
-  static_cast<AttentionProblem&>(whole) = shard_problem(a);
-  whole.out = a.out;
-  whole.lse = a.lse;
-  whole.dout = a.dout;
-  whole.dq = a.dq;
-  whole.dk = a.dk;
-  whole.dv = a.dv;
-  const core::MaskRule rule = core::validate_backward(whole).mask;
-  const Shard s = check_local(a, a.lse);
-  check_same_on_every_rank(a, s);
+// The backward's dK / dV accumulators. The one of the shard a rank computes with at step t arrives
+// from the rank before while the rank computes its own part (`step`); the rank then adds what
+// arrived and sends the sum on, so only that add waits for the shift. Two `step` buffers take
+// turns: one is filled while the other travels.
+class GradRing {
+ public:
+  GradRing(const RingProblem& p, const Shard& s) {
+    for (int i = 0; i < 2; ++i) {
+      for (std::int64_t dim : {s.dim, s.dim_v}) {
+        step_[i].emplace_back(p.q.device(), p.stream, DType::f32,
+                              std::initializer_list<std::int64_t>{s.batch, s.len, s.heads_kv, dim});
+      }
+    }
+    for (std::int64_t dim : {s.dim, s.dim_v}) {
+      arrived_.emplace_back(p.q.device(), p.stream, DType::f32,
+                            std::initializer_list<std::int64_t>{s.batch, s.len, s.heads_kv, dim});
+    }
+  }
+  // This step's dK and dV of the held shard, zeroed.
+  const Tensor& dk(int step) const { return step_[step % 2][0].view(); }
+  const Tensor& dv(int step) const { return step_[step % 2][1].view(); }
+  void start(int step, void* stream) {
+    for (const RingBuffer& b : step_[step % 2]) dist::fill(b.view(), 0.0f, stream);
+  }
+  // Adds the accumulator that arrived (none at step 0) into this step's part.
+  void add_arrived(int step, void* stream) {
+    if (step == 0) return;
+    for (int i = 0; i < 2; ++i) {
+      dist::add_into(step_[step % 2][std::size_t(i)].view(), arrived_[std::size_t(i)].view(),
+                     stream);
+    }
+  }
+  // Queues this step's sum to the next rank; the previous rank's lands in `arrived`.
+  void send(int step, RingCommunicator& comm, void* stream) {
+    for (int i = 0; i < 2; ++i) {
+      comm.shift(step_[step % 2][std::size_t(i)].view(), arrived_[std::size_t(i)].view(), stream);
+    }
+  }
+  const Tensor& arrived_dk() const { return arrived_[0].view(); }
+  const Tensor& arrived_dv() const { return arrived_[1].view(); }
 
+ private:
+  std::vector<RingBuffer> step_[2], arrived_;  // dk, dv each
+};
+
+void run_backward(const RingBackwardArgs& a, const Shard& s, const core::MaskRule& rule) {
+  const Device dev = a.q.device();
   const std::int64_t chunk = chunk_rows(a, s);
-  HeldShard held(a, s, true);
-  Buffer dq_acc(DType::f32, s.batch, s.len, s.heads_q, s.dim);
-  Buffer dq_part(DType::f32, s.batch, chunk, s.heads_q, s.dim);
-  Buffer dk_part(DType::f32, s.batch, chunk, s.heads_kv, s.dim);
-  Buffer dv_part(DType::f32, s.batch, chunk, s.heads_kv, s.dim_v);
+  HeldShard held(a, s);
+  GradRing grads(a, s);
+  RingBuffer dq_acc(dev, a.stream, DType::f32, {s.batch, s.len, s.heads_q, s.dim});
+  RingBuffer dq_part(dev, a.stream, DType::f32, {s.batch, chunk, s.heads_q, s.dim});
+  RingBuffer dk_part(dev, a.stream, DType::f32, {s.batch, chunk, s.heads_kv, s.dim});
+  RingBuffer dv_part(dev, a.stream, DType::f32, {s.batch, chunk, s.heads_kv, s.dim_v});
+  dist::fill(dq_acc.view(), 0.0f, a.stream);
+  dist::RingStreams streams(a);  // after the buffers: it joins the streams before they are freed
 
   const int ranks = a.comm->size();
   for (int step = 0; step < ranks; ++step) {
-    for_each_visible_pair(a, s, rule, step, [&](const Chunk& qc, const Chunk& kc) {
+    const bool more = step + 1 < ranks;
+    if (more) {
+      streams.comm_waits_main();
+      held.send(*a.comm, streams.comm());
+      streams.mark(Arrival::kv);
+    }
+    grads.start(step, a.stream);
+    for_each_visible_pair(a, s, rule, step, [&](const Chunk& qc, const Chunk& kc, const Mask& m) {
       BackwardArgs p;
       p.q = rows_of(a.q, qc.local_start, qc.len);
       p.k = rows_of(held.k(), kc.local_start, kc.len);
       p.v = rows_of(held.v(), kc.local_start, kc.len);
       p.softmax_scale = a.softmax_scale;
-      p.mask = chunk_mask(a, qc, kc);
+      p.mask = m;
+      p.stream = a.stream;
       p.out = rows_of(a.out, qc.local_start, qc.len);
       p.lse = lse_columns(a.lse, qc.local_start, qc.len);
       p.dout = rows_of(a.dout, qc.local_start, qc.len);
@@ -261,29 +369,68 @@ void backward(const RingBackwardArgs& a) {
       p.dk = rows_of(dk_part.view(), 0, kc.len);
       p.dv = rows_of(dv_part.view(), 0, kc.len);
       attention_backward(p);
-      dist::add_into(rows_of(dq_acc.view(), qc.local_start, qc.len), p.dq);
-      dist::add_into(rows_of(held.dk(), kc.local_start, kc.len), p.dk);
-      dist::add_into(rows_of(held.dv(), kc.local_start, kc.len), p.dv);
+      dist::add_into(rows_of(dq_acc.view(), qc.local_start, qc.len), p.dq, a.stream);
+      dist::add_into(rows_of(grads.dk(step), kc.local_start, kc.len), p.dk, a.stream);
+      dist::add_into(rows_of(grads.dv(step), kc.local_start, kc.len), p.dv, a.stream);
     });
-    // The accumulators move every step, the last one taking them home (to rank + 1, whose shard
-    // this rank holds at the last step); K and V need not make that last move.
-    held.shift(*a.comm, step + 1 == ranks);
+    if (step > 0) streams.main_waits(Arrival::grads);
+    grads.add_arrived(step, a.stream);
+    // The sum moves on every step, the last one taking it home (to rank + 1, whose shard this
+    // rank holds at the last step).
+    streams.comm_waits_main();
+    grads.send(step, *a.comm, streams.comm());
+    streams.mark(Arrival::grads);
+    if (more) {
+      streams.main_waits(Arrival::kv);
+      held.take_next();
+    }
   }
-  dist::copy_into(a.dq, dq_acc.view());
-  dist::copy_into(a.dk, held.dk());
-  dist::copy_into(a.dv, held.dv());
+  streams.main_waits(Arrival::grads);
+  dist::copy_into(a.dq, dq_acc.view(), a.stream);
+  dist::copy_into(a.dk, grads.arrived_dk(), a.stream);
+  dist::copy_into(a.dv, grads.arrived_dv(), a.stream);
+}
+
+void forward(const RingAttentionArgs& a) {
+  core::MaskRule rule;
+  const Shard s = agree_on_problem(a, [&] {
+    AttentionArgs whole;
+    static_cast<AttentionProblem&>(whole) = shard_problem(a);
+    whole.out = a.out;
+    whole.lse = a.lse;
+    rule = core::validate_forward(whole).mask;
+    return check_local(a, a.lse);
+  });
+  aborting_ring_on_error(a.comm, [&] { run_forward(a, s, rule); });
+}
+
+void backward(const RingBackwardArgs& a) {
+  core::MaskRule rule;
+  const Shard s = agree_on_problem(a, [&] {
+    BackwardArgs whole;
+    static_cast<AttentionProblem&>(whole) = shard_problem(a);
+    whole.out = a.out;
+    whole.lse = a.lse;
+    whole.dout = a.dout;
+    whole.dq = a.dq;
+    whole.dk = a.dk;
+    whole.dv = a.dv;
+    rule = core::validate_backward(whole).mask;
+    return check_local(a, a.lse);
+  });
+  aborting_ring_on_error(a.comm, [&] { run_backward(a, s, rule); });
 }
 
 }  // namespace
 
 void ring_attention_forward(const RingAttentionArgs& args) {
   if (args.comm == nullptr) fail("comm", "a RingCommunicator (make_in_process_ring)", "null");
-  aborting_ring_on_error(args.comm, [&] { forward(args); });
+  forward(args);
 }
 
 void ring_attention_backward(const RingBackwardArgs& args) {
   if (args.comm == nullptr) fail("comm", "a RingCommunicator (make_in_process_ring)", "null");
-  aborting_ring_on_error(args.comm, [&] { backward(args); });
+  backward(args);
 }
 
 }  // namespace flashkit

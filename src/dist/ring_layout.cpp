@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <string>
 
 #include "dist/ring_plan.hpp"
@@ -25,6 +26,19 @@ bool chunks_meet(const core::MaskRule& rule, const Chunk& q, const Chunk& kv, st
     if (band.lo <= band.hi && band.hi >= k0) return true;
   }
   return false;
+}
+
+bool pair_sees_everything(const core::MaskRule& rule, bool alibi, const Chunk& q, const Chunk& kv,
+                          std::int64_t total) {
+  if (alibi || q.len <= 0 || kv.len <= 0) return false;
+  // Keys before prefix_len are seen by every query; the others must lie in every row's band,
+  // whose ends only move right with the row: the last row's start and the first row's end bound
+  // them all.
+  const std::int64_t k0 = std::max(kv.first_token(), rule.prefix_len);
+  const std::int64_t k1 = kv.first_token() + kv.len - 1;
+  if (k0 > k1) return true;
+  const std::int64_t first = q.first_token(), last = first + q.len - 1;
+  return core::key_band(rule, last, total).lo <= k0 && core::key_band(rule, first, total).hi >= k1;
 }
 
 }  // namespace dist

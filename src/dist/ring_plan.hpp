@@ -1,9 +1,11 @@
 // What ring attention's steps are made of: the chunks of a shard (where they sit in it and where
-// in the global sequence), which chunk pairs the mask lets meet, and the CPU loops that merge,
-// add and copy the partial results (ring_steps.cpp).
+// in the global sequence), which chunk pairs the mask lets meet, the buffers a rank holds
+// (ring_buffers.cpp), and the loops that merge, add and copy the partial results between
+// attention calls (ring_steps.cpp: on the CPU, or queued on a CUDA stream).
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "core/mask_rules.hpp"
@@ -28,13 +30,43 @@ bool chunks_meet(const core::MaskRule& rule, const Chunk& q, const Chunk& kv, st
 Tensor rows_of(const Tensor& t, std::int64_t start, std::int64_t len);
 Tensor lse_columns(const Tensor& lse, std::int64_t start, std::int64_t len);
 
+// The full-mask rule of a chunk pair that every query sees every key of, so the attention call
+// needs no mask at all; `rule` itself where some score is hidden or ALiBi needs the positions.
+bool pair_sees_everything(const core::MaskRule& rule, bool alibi, const Chunk& q, const Chunk& kv,
+                          std::int64_t total);
+
+// A contiguous buffer on the ring's device: CPU memory (zeroed), or CUDA memory from the scratch
+// pool ordered on `stream` (uninitialised; freed on `stream` behind the work queued before).
+class RingBuffer {
+ public:
+  RingBuffer(const Device& device, void* stream, DType dtype,
+             std::initializer_list<std::int64_t> shape);
+  ~RingBuffer();
+  RingBuffer(const RingBuffer&) = delete;
+  RingBuffer& operator=(const RingBuffer&) = delete;
+  RingBuffer(RingBuffer&& other) noexcept;
+  RingBuffer& operator=(RingBuffer&& other) noexcept;
+
+  const Tensor& view() const { return view_; }
+
+ private:
+  void release();
+  std::vector<std::uint64_t> host_;  // CPU storage, 8-byte aligned
+  void* device_data_ = nullptr;      // CUDA storage
+  void* stream_ = nullptr;
+  Tensor view_;
+};
+
+// The loops between attention calls, on the tensors' device (CUDA: queued on `stream`).
 // (acc_o, acc_lse) absorbs (part_o, part_lse), both states of the same query rows over disjoint
 // keys (core::merge_weights): f32 [batch, n, heads, d] and [batch, heads, n] views.
 void merge_partial(const Tensor& acc_o, const Tensor& acc_lse, const Tensor& part_o,
-                   const Tensor& part_lse);
+                   const Tensor& part_lse, void* stream);
 // acc += part, f32 [batch, n, heads, d] views.
-void add_into(const Tensor& acc, const Tensor& part);
+void add_into(const Tensor& acc, const Tensor& part, void* stream);
 // dst = src element by element (rank 3 or 4, any float dtypes, rounded to dst's).
-void copy_into(const Tensor& dst, const Tensor& src);
+void copy_into(const Tensor& dst, const Tensor& src, void* stream);
+// Every element of a contiguous f32 tensor set to `value`.
+void fill(const Tensor& t, float value, void* stream);
 
 }  // namespace flashkit::dist

@@ -1,10 +1,15 @@
-// The CPU loops between ring attention's attention calls. Views are small (a shard's rows), so
-// plain loops over strides; the attention calls hold the time.
+// The loops between ring attention's attention calls. On the CPU, plain loops over strides (a
+// shard's rows against the attention call's rows x keys); on CUDA, the kernels of
+// cuda/ring_ops.cu queued on the call's stream.
+#include <algorithm>
 #include <cstdint>
 
 #include "core/numeric.hpp"
 #include "core/softmax_state.hpp"
 #include "dist/ring_plan.hpp"
+#if FLASHKIT_HAVE_CUDA
+#include "cuda/ring_ops.hpp"
+#endif
 
 namespace flashkit::dist {
 
@@ -31,7 +36,12 @@ Tensor lse_columns(const Tensor& lse, std::int64_t start, std::int64_t len) {
 }
 
 void merge_partial(const Tensor& acc_o, const Tensor& acc_lse, const Tensor& part_o,
-                   const Tensor& part_lse) {
+                   const Tensor& part_lse, void* stream) {
+#if FLASHKIT_HAVE_CUDA
+  if (acc_o.device().is_cuda())
+    return cuda::ring_merge_into(acc_o, acc_lse, part_o, part_lse, stream);
+#endif
+  (void)stream;
   auto* ao = acc_o.data_as<float>();
   auto* al = acc_lse.data_as<float>();
   const auto* po = part_o.data_as<const float>();
@@ -54,7 +64,11 @@ void merge_partial(const Tensor& acc_o, const Tensor& acc_lse, const Tensor& par
   }
 }
 
-void add_into(const Tensor& acc, const Tensor& part) {
+void add_into(const Tensor& acc, const Tensor& part, void* stream) {
+#if FLASHKIT_HAVE_CUDA
+  if (acc.device().is_cuda()) return cuda::ring_add_into(acc, part, stream);
+#endif
+  (void)stream;
   auto* a = acc.data_as<float>();
   const auto* p = part.data_as<const float>();
   for (std::int64_t b = 0; b < acc.size(0); ++b) {
@@ -67,7 +81,11 @@ void add_into(const Tensor& acc, const Tensor& part) {
   }
 }
 
-void copy_into(const Tensor& dst, const Tensor& src) {
+void copy_into(const Tensor& dst, const Tensor& src, void* stream) {
+#if FLASHKIT_HAVE_CUDA
+  if (dst.device().is_cuda()) return cuda::ring_copy_into(dst, src, stream);
+#endif
+  (void)stream;
   const bool rank3 = dst.rank() == 3;  // lse [batch, heads, n]
   const std::int64_t n3 = rank3 ? 1 : dst.size(3);
   for (std::int64_t b = 0; b < dst.size(0); ++b) {
@@ -84,6 +102,15 @@ void copy_into(const Tensor& dst, const Tensor& src) {
       }
     }
   }
+}
+
+void fill(const Tensor& t, float value, void* stream) {
+#if FLASHKIT_HAVE_CUDA
+  if (t.device().is_cuda()) return cuda::ring_fill(t, value, stream);
+#endif
+  (void)stream;
+  auto* x = t.data_as<float>();
+  std::fill(x, x + t.numel(), value);
 }
 
 }  // namespace flashkit::dist

@@ -185,9 +185,8 @@ TEST_F(Validation, WindowBelowMinusOne) {
   forward_fails(a, "mask.window_right", "-5");
 }
 
-// The offset that ring attention's chunk pairs use: taken on the CPU, refused by name elsewhere
-// (no CUDA kernel has been run with one).
-TEST(MaskChecks, DiagonalOffsetRunsOnTheCpuOnly) {
+// The offset that ring attention's chunk pairs use: any on the CPU, within +-2^31 on CUDA.
+TEST(MaskChecks, DiagonalOffsetIsBoundedOnCuda) {
   Mask m;
   m.causal = true;
   m.diagonal_offset = 3;
@@ -195,8 +194,13 @@ TEST(MaskChecks, DiagonalOffsetRunsOnTheCpuOnly) {
   EXPECT_EQ(core::diagonal_shift(rule, 4, 4), 3);
   m.align = CausalAlign::top_left;
   EXPECT_EQ(core::diagonal_shift(core::check_mask(m, 1, 2, Device::cpu()), 4, 6), 3);
+  EXPECT_EQ(core::check_mask(m, 1, 2, Device::cuda(0)).diagonal_offset, 3);
+  m.diagonal_offset = -(std::int64_t(1) << 31);
+  EXPECT_EQ(core::check_mask(m, 1, 2, Device::cuda(0)).diagonal_offset, m.diagonal_offset);
+  m.diagonal_offset = (std::int64_t(1) << 31) + 1;
+  EXPECT_EQ(core::check_mask(m, 1, 2, Device::cpu()).diagonal_offset, m.diagonal_offset);
   expect_error([&] { core::check_mask(m, 1, 2, Device::cuda(0)); }, "mask.diagonal_offset",
-               "CPU backend");
+               "within +-2^31 on cuda:0");
 }
 
 TEST_F(Validation, PrefixNegative) {

@@ -129,6 +129,22 @@ TEST(TiledBackward, HeadDims) {
   }
 }
 
+// Every mask moved by Mask::diagonal_offset (ring attention's chunk pairs).
+TEST(TiledBackward, DiagonalOffsetsMoveEveryMask) {
+  for (MaskKind m : kAllMasks) {
+    for (std::int64_t offset : {-40, 61, 300}) {
+      CaseSpec s;
+      s.seqlens_q = {50, 50};
+      s.seqlens_k = {141, 141};
+      s.heads_q = 4;
+      s.heads_kv = 2;
+      apply_mask(s, m);
+      s.diagonal_offset = offset;
+      expect_backward_matches(s);
+    }
+  }
+}
+
 TEST(TiledBackward, BatchedLayoutEveryMask) {
   for (MaskKind m : kAllMasks) {
     for (auto lens : {std::pair<std::int64_t, std::int64_t>{50, 141}, {141, 50}}) {

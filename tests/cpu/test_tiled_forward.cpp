@@ -255,6 +255,23 @@ TEST(TiledForward, BatchedLayoutEveryMask) {
   }
 }
 
+// Every mask moved by Mask::diagonal_offset (ring attention's chunk pairs): past every key, before
+// the first, and off every block edge.
+TEST(TiledForward, DiagonalOffsetsMoveEveryMask) {
+  for (MaskKind m : kAllMasks) {
+    for (std::int64_t offset : {-90, 53, 300}) {
+      CaseSpec s;
+      s.seqlens_q = {70, 70};
+      s.seqlens_k = {157, 157};
+      s.heads_q = 4;
+      s.heads_kv = 2;
+      apply_mask(s, m);
+      s.diagonal_offset = offset;
+      expect_forward_matches(s);
+    }
+  }
+}
+
 TEST(TiledForward, HeadDimEdges) {
   for (auto dims :
        {std::pair<std::int64_t, std::int64_t>{1, 1}, {512, 512}, {64, 96}, {128, 40}, {3, 200}}) {

@@ -41,7 +41,7 @@ TEST(InProcessRing, EachRankReceivesItsLeftNeighboursData) {
       for (int step = 0; step < 2; ++step) {  // two steps: the data two ranks to the left
         std::vector<float> next(3);
         ring[std::size_t(r)]->shift(Tensor(held.data(), DType::f32, {3}),
-                                    Tensor(next.data(), DType::f32, {3}));
+                                    Tensor(next.data(), DType::f32, {3}), nullptr);
         held = next;
       }
       got[std::size_t(r)] = held;
@@ -59,7 +59,8 @@ TEST(InProcessRing, MismatchedSizesThrowOnEveryRank) {
   const auto errors = on_every_rank(3, [&](int r) {
     std::vector<float> send(r == 1 ? 5 : 4), recv(r == 1 ? 5 : 4);
     ring[std::size_t(r)]->shift(Tensor(send.data(), DType::f32, {std::int64_t(send.size())}),
-                                Tensor(recv.data(), DType::f32, {std::int64_t(recv.size())}));
+                                Tensor(recv.data(), DType::f32, {std::int64_t(recv.size())}),
+                                nullptr);
   });
   for (const std::string& e : errors)
     EXPECT_NE(e.find("one dtype and size on every rank"), std::string::npos) << e;
@@ -71,7 +72,7 @@ TEST(InProcessRing, ReceivingIntoASentBufferThrowsOnEveryRank) {
   const auto errors = on_every_rank(2, [&](int r) {
     std::vector<float> own(4);
     const Tensor mine(own.data(), DType::f32, {4}), common(shared.data(), DType::f32, {4});
-    ring[std::size_t(r)]->shift(r == 0 ? common : mine, r == 0 ? mine : common);
+    ring[std::size_t(r)]->shift(r == 0 ? common : mine, r == 0 ? mine : common, nullptr);
   });
   for (const std::string& e : errors)
     EXPECT_NE(e.find("overlapping rank 0's send"), std::string::npos) << e;
@@ -85,11 +86,27 @@ TEST(InProcessRing, AbortReleasesTheWaitingRanks) {
       return;
     }
     float x = 0, y = 0;
-    ring[std::size_t(r)]->shift(Tensor(&x, DType::f32, {1}), Tensor(&y, DType::f32, {1}));
+    ring[std::size_t(r)]->shift(Tensor(&x, DType::f32, {1}), Tensor(&y, DType::f32, {1}), nullptr);
   });
   EXPECT_NE(errors[0].find("another rank's call failed"), std::string::npos) << errors[0];
   EXPECT_NE(errors[1].find("another rank's call failed"), std::string::npos) << errors[1];
   EXPECT_EQ(errors[2], "");
+}
+
+// One rank posting CUDA tensors and the other CPU ones: whether this build has no CUDA backend,
+// has one but no device, or has a device, every rank throws at the posting check.
+TEST(InProcessRing, MixedDevicesThrowOnEveryRank) {
+  auto ring = make_in_process_ring(2);
+  const auto errors = on_every_rank(2, [&](int r) {
+    std::vector<float> send(4), recv(4);
+    const Device device = r == 1 ? Device::cuda(0) : Device::cpu();
+    ring[std::size_t(r)]->shift(Tensor(send.data(), DType::f32, {4}, device),
+                                Tensor(recv.data(), DType::f32, {4}, device), nullptr);
+  });
+  for (const std::string& e : errors) {
+    EXPECT_NE(e.find("ring shift: expected "), std::string::npos) << e;
+    EXPECT_NE(e.find("rank 1"), std::string::npos) << e;
+  }
 }
 
 TEST(InProcessRing, AtLeastOneRank) {

@@ -20,6 +20,7 @@
 #include "flashkit/error.hpp"
 #include "gpu_forward.hpp"
 #include "mask_kinds.hpp"
+#include "offset_cases.hpp"
 #include "smem_limit_env.hpp"
 
 namespace flashkit::testing {
@@ -170,6 +171,27 @@ INSTANTIATE_TEST_SUITE_P(F32, CudaCoreBackward,
 
 // seqlen_q != seqlen_k both ways under both causal alignments, batched (not packed): with 200
 // queries on 90 keys bottom-right leaves 110 rows that see no key (dQ = 0, lse = -inf).
+// Masks moved by Mask::diagonal_offset (ring attention's chunk pairs), with dQ through atomics
+// and through the deterministic kernel, and on the CUDA-core path (f32 inputs).
+TEST(CudaBackwardEdges, DiagonalOffsetsMoveEveryMask) {
+  for (const auto& [dtype, d] : {std::pair<DType, int>{DType::bf16, 64},
+                                 {DType::f16, 128},
+                                 {DType::bf16, 256},
+                                 {DType::f32, 64}}) {
+    for (const CaseSpec& s : diagonal_offset_cases(dtype, d)) {
+      SCOPED_TRACE(s.name());
+      const CaseData c = make_case(s);
+      const BackwardResult oracle = oracle_backward(c), plain = plain_backward(c);
+      for (bool deterministic : {false, true}) {
+        if (deterministic && dtype == DType::f32) continue;  // one path for f32 inputs
+        RunOptions opt;
+        opt.deterministic = deterministic;
+        expect_grads_match(oracle, plain, run_backward(c, dtype, opt));
+      }
+    }
+  }
+}
+
 TEST(CudaBackwardEdges, UnequalLengthsBothAlignments) {
   for (const auto& [len_q, len_k] : {std::pair<std::int64_t, std::int64_t>{200, 90}, {90, 200}})
     for (CausalAlign align : {CausalAlign::top_left, CausalAlign::bottom_right})

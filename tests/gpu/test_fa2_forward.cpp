@@ -11,6 +11,7 @@
 #include "flashkit/error.hpp"
 #include "forward_cases.hpp"
 #include "gpu_forward.hpp"
+#include "offset_cases.hpp"
 #include "smem_limit_env.hpp"
 
 namespace flashkit::testing {
@@ -46,6 +47,15 @@ INSTANTIATE_TEST_SUITE_P(All, Fa2Varlen,
 TEST(Fa2Forward, MoreQueriesThanKeysBothAlignments) {
   for (CausalAlign align : {CausalAlign::top_left, CausalAlign::bottom_right}) {
     expect_gpu_forward_matches(more_queries_than_keys_case(align, 64), Algo::fa2);
+  }
+}
+
+TEST(Fa2Forward, DiagonalOffsetsMoveEveryMask) {
+  for (int d : {64, 128, 256}) {
+    for (const CaseSpec& s : diagonal_offset_cases(d == 128 ? DType::f16 : DType::bf16, d)) {
+      SCOPED_TRACE(s.name());
+      expect_gpu_forward_matches(s, Algo::fa2);
+    }
   }
 }
 

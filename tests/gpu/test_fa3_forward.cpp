@@ -15,6 +15,7 @@
 #include "expect_error.hpp"
 #include "forward_cases.hpp"
 #include "gpu_forward.hpp"
+#include "offset_cases.hpp"
 
 namespace flashkit::testing {
 namespace {
@@ -60,6 +61,15 @@ TEST(Fa3Forward, MoreQueriesThanKeysBothAlignments) {
   FLASHKIT_REQUIRE_SM90();
   for (CausalAlign align : {CausalAlign::top_left, CausalAlign::bottom_right}) {
     expect_gpu_forward_matches(more_queries_than_keys_case(align, 128), Algo::fa3);
+  }
+}
+
+TEST(Fa3Forward, DiagonalOffsetsMoveEveryMask) {
+  for (int d : kHeadDims) {
+    for (const CaseSpec& s : diagonal_offset_cases(d == 128 ? DType::f16 : DType::bf16, d)) {
+      SCOPED_TRACE(s.name());
+      expect_gpu_forward_matches(s, Algo::fa3);
+    }
   }
 }
 

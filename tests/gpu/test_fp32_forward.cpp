@@ -13,6 +13,7 @@
 
 #include "attention_case.hpp"
 #include "gpu_forward.hpp"
+#include "offset_cases.hpp"
 #include "smem_limit_env.hpp"
 
 namespace flashkit::testing {
@@ -60,6 +61,13 @@ INSTANTIATE_TEST_SUITE_P(All, Fp32Forward,
                          ::testing::Combine(::testing::Values(40, 64, 128, 256),
                                             ::testing::ValuesIn(kAllMasks)),
                          fp32_name);
+
+TEST(Fp32Forward, DiagonalOffsetsMoveEveryMask) {
+  for (const CaseSpec& s : diagonal_offset_cases(DType::f32, 64)) {
+    SCOPED_TRACE(s.name());
+    expect_gpu_forward_matches(s, Algo::automatic);
+  }
+}
 
 TEST(Fp32Forward, LongCausalOverManyBlocksWithBf16Output) {
   CaseSpec s;

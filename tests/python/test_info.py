@@ -8,7 +8,7 @@ def test_info():
     assert info["version"] == flashkit.__version__
     assert info["version"].count(".") == 2
     build = info["build"]
-    assert set(build) == {"cuda", "cuda_archs", "cpu_isa", "compiler", "build_type"}
+    assert set(build) == {"cuda", "cuda_archs", "nccl", "cpu_isa", "compiler", "build_type"}
     assert isinstance(build["cuda"], bool)
     devices = info["devices"]
     assert devices[0]["backend"] == "cpu"

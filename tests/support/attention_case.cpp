@@ -48,6 +48,7 @@ void fill_problem(const CaseData& c, AttentionProblem& p, Algo algo) {
   p.mask.window_left = c.spec.window_left;
   p.mask.window_right = c.spec.window_right;
   p.mask.prefix_len = c.spec.prefix_len;
+  p.mask.diagonal_offset = c.spec.diagonal_offset;
   p.mask.softcap = c.spec.softcap;
   if (c.spec.alibi) p.mask.alibi_slopes = c.alibi_slopes;
   if (c.spec.varlen) {
@@ -89,6 +90,7 @@ core::MaskRule rule_of(const CaseSpec& s) {
   r.window_left = s.window_left;
   r.window_right = s.window_right;
   r.prefix_len = s.prefix_len;
+  r.diagonal_offset = s.diagonal_offset;
   r.softcap = s.softcap;
   return r;
 }
@@ -231,6 +233,7 @@ std::string CaseSpec::name() const {
   if (window_left >= 0 || window_right >= 0)
     s << " window=(" << window_left << "," << window_right << ")";
   if (prefix_len > 0) s << " prefix=" << prefix_len;
+  if (diagonal_offset != 0) s << " offset=" << diagonal_offset;
   if (softcap > 0) s << " softcap=" << softcap;
   if (alibi) s << " alibi";
   s << " seed=" << seed;

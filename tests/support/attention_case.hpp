@@ -30,6 +30,7 @@ struct CaseSpec {
   std::int64_t window_left = -1;
   std::int64_t window_right = -1;
   std::int64_t prefix_len = 0;
+  std::int64_t diagonal_offset = 0;
   float softcap = 0.0f;
   bool alibi = false;
   std::optional<float> softmax_scale;
