@@ -5,6 +5,7 @@
     out = flashkit.flash_attn_func(q, k, v, causal=True)  # FlashAttention-2's signature
     out = flashkit.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens,
                                            block_table=table, causal=True)  # paged decode
+    out = flashkit.ring_attention(q, k, v, flashkit.nccl_ring(), causal=True)  # a rank's shard
 
 With torch installed, the custom ops torch.ops.flashkit.fwd / bwd / merge / paged_fwd /
 cascade_fwd / append_kv / mla_fwd / mla_append / rotary / rotary_ are registered on import (autograd, torch.compile and CUDA graphs work through them).
@@ -31,6 +32,14 @@ from .kvcache import (
     plan_paged_split,
 )
 from .fp8 import attention_fp8, hadamard_transform, quantize_fp8
+from .ring import (
+    RingComm,
+    in_process_ring,
+    nccl_ring,
+    ring_attention,
+    ring_attention_backward,
+    ring_positions,
+)
 from .mla import MlaCacheManager, flash_mla_with_kvcache, mla_append, mla_decode
 from .rotary import apply_rotary, apply_rotary_emb
 

@@ -23,5 +23,7 @@ void bind_rotary(nanobind::module_& m);
 void bind_cascade(nanobind::module_& m);
 // BlockAllocator.
 void bind_cache(nanobind::module_& m);
+// ring_forward, ring_backward, in_process_ring, nccl_ring, ring_positions.
+void bind_ring(nanobind::module_& m);
 
 }  // namespace flashkit::python

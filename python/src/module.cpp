@@ -13,4 +13,5 @@ NB_MODULE(_flashkit, m) {
   flashkit::python::bind_fp8(m);
   flashkit::python::bind_cascade(m);
   flashkit::python::bind_cache(m);
+  flashkit::python::bind_ring(m);
 }
