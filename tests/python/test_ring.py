@@ -167,3 +167,49 @@ def test_torch_autograd_matches_the_whole_sequence(rng, device):
         torch.testing.assert_close(out, want.detach()[:, idx], atol=tol, rtol=0)
         for got, x in zip(grads, whole):
             torch.testing.assert_close(got, x.grad[:, idx], atol=tol, rtol=0)
+
+
+def _nccl_rank(rank, world, port):
+    """One process of the NCCL test: its shard of a seeded sequence through ring_attention with
+    autograd, against attention over the whole sequence on its own GPU."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.cuda.set_device(rank)
+        gen = torch.Generator().manual_seed(7)
+        q, k, v, dout = (
+            torch.randn(1, 64 * world, h, 128, generator=gen).to("cuda", torch.bfloat16)
+            for h in (8, 2, 2, 8)
+        )
+        whole = [x.clone().requires_grad_() for x in (q, k, v)]
+        want = flashkit.attention(*whole, causal=True)
+        want.backward(dout)
+        idx = torch.as_tensor(flashkit.ring_positions(world, rank, 64)).cuda()
+        mine = [x[:, idx].clone().requires_grad_() for x in (q, k, v)]
+        out = flashkit.ring_attention(*mine, flashkit.nccl_ring(), causal=True)
+        out.backward(dout[:, idx])
+        torch.testing.assert_close(out, want.detach()[:, idx], atol=2e-2, rtol=0)
+        for got, x in zip(mine, whole):
+            torch.testing.assert_close(got.grad, x.grad[:, idx], atol=2e-2, rtol=0)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_nccl_ring_across_processes():
+    torch = torch_or_skip()
+    if not flashkit.info()["build"]["nccl"]:
+        pytest.skip("built without NCCL")
+    if torch.cuda.device_count() < 2:
+        pytest.skip("an NCCL ring needs a GPU per rank")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    world = min(torch.cuda.device_count(), 4)
+    torch.multiprocessing.spawn(_nccl_rank, args=(world, port), nprocs=world)  # raises on failure
