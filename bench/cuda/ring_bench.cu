@@ -5,8 +5,11 @@
 // one device it is what the ring costs over one call for the same work (ideal 1: the chunk
 // pairs' extra launches, the merges, the copies and the per-call header check).
 //
-//   flashkit_ring_bench [--ranks R] [--tokens N] [--d D] [--causal 0|1] [--nccl] [--one-stream]
-//                       [--out FILE] [--commit SHA]
+//   flashkit_ring_bench [--config RANKS,TOKENS,D,CAUSAL ...] [--out DIR] [--commit SHA]
+//
+// Each config runs three ways: the ring with its shards on a second stream (`flashkit-ring`),
+// the ring with every shift in line on one stream (`flashkit-ring-1stream`), and one device's call
+// on the whole sequence (`flashkit`); DIR/ring.json gets a row per way and pass.
 //
 // Per timed call, each rank records CUDA events around its own call on its stream; the call's
 // time is the slowest rank's (the ring's shifts keep the ranks in step). Median of 20 calls after
@@ -155,11 +158,11 @@ double slowest_median(const std::vector<std::vector<float>>& per_rank) {
   return calls[calls.size() / 2];
 }
 
-struct Result {
-  double ring_fwd, ring_bwd, one_fwd, one_bwd;
+struct RingTimes {
+  double fwd, bwd;
 };
 
-Result run(const Config& c) {
+RingTimes run_ring(const Config& c) {
   Times times;
   times.fwd.resize(std::size_t(c.ranks));
   times.bwd.resize(std::size_t(c.ranks));
@@ -192,7 +195,11 @@ Result run(const Config& c) {
       throw std::runtime_error("rank " + std::to_string(r) + ": " + errors[std::size_t(r)]);
     }
   }
+  return {slowest_median(times.fwd), slowest_median(times.bwd)};
+}
 
+// attention_forward / attention_backward of the whole sequence on device 0.
+RingTimes run_one_device(const Config& c) {
   check(cudaSetDevice(0), "cudaSetDevice");
   Tensors whole(c.tokens, c.heads(), c.d, 7);
   flashkit::AttentionArgs f;
@@ -210,77 +217,123 @@ Result run(const Config& c) {
   b.dq = whole.dq;
   b.dk = whole.dk;
   b.dv = whole.dv;
-  const double one_fwd = median_ms([&](int) { flashkit::attention_forward(f); }, kWarmup, kReps);
-  const double one_bwd = median_ms([&](int) { flashkit::attention_backward(b); }, kWarmup, kReps);
-  return {slowest_median(times.fwd), slowest_median(times.bwd), one_fwd, one_bwd};
+  return {median_ms([&](int) { flashkit::attention_forward(f); }, kWarmup, kReps),
+          median_ms([&](int) { flashkit::attention_backward(b); }, kWarmup, kReps)};
 }
 
 }  // namespace
 
+// One JSON row: `impl` on `c` for one pass, with its per-device TFLOP/s and, for the ring rows,
+// the efficiency against one device (BENCH.md: 85-90 % of one GPU's throughput on 8 GPUs).
+std::string row(const char* impl, const Config& c, const char* pass, double ms, double one_ms,
+                int used) {
+  const double flops = c.fwd_flops() * (pass[0] == 'b' ? 2.5 : 1.0);
+  char buf[640];
+  std::snprintf(buf, sizeof buf,
+                "  {\"impl\": \"%s\", \"config\": {\"dtype\": \"bf16\", \"d\": %d, \"n\": %lld, "
+                "\"causal\": %s, \"batch\": 1, \"heads\": %lld, \"ranks\": %d, \"devices\": %d, "
+                "\"comm\": \"%s\", \"pass\": \"%s\"}, \"ms\": %.4f, \"tflops_per_device\": %.1f, "
+                "\"efficiency\": %.3f}",
+                impl, c.d, static_cast<long long>(c.tokens), c.causal ? "true" : "false",
+                static_cast<long long>(c.heads()), c.ranks, used, c.nccl ? "nccl" : "in-process",
+                pass, ms, flops / (ms * 1e9) / used, one_ms / (ms * used));
+  return buf;
+}
+
+int usage(const char* argv0) {
+  std::fprintf(
+      stderr,
+      "usage: %s [--config RANKS,TOKENS,D,CAUSAL ...] [--out DIR] [--commit SHA]\n"
+      "  default: every power-of-two ring up to the devices present (2 ranks sharing one\n"
+      "  device on a one-GPU machine) over 32768 tokens (16384 on one GPU), d 128, causal\n"
+      "  and not; NCCL where there are several devices and the build has it\n",
+      argv0);
+  return 2;
+}
+
 int main(int argc, char** argv) {
-  Config c;
-  std::string out_path, commit = "unknown";
+  std::vector<Config> configs;
+  std::string out_dir, commit = "unknown";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const bool value = i + 1 < argc;
-    if (a == "--ranks" && value) {
-      c.ranks = std::atoi(argv[++i]);
-    } else if (a == "--tokens" && value) {
-      c.tokens = std::atoll(argv[++i]);
-    } else if (a == "--d" && value) {
-      c.d = std::atoi(argv[++i]);
-    } else if (a == "--causal" && value) {
-      c.causal = std::atoi(argv[++i]) != 0;
-    } else if (a == "--nccl") {
-      c.nccl = true;
-    } else if (a == "--one-stream") {
-      c.two_streams = false;
-    } else if (a == "--out" && value) {
-      out_path = argv[++i];
-    } else if (a == "--commit" && value) {
+    Config c;
+    long long tokens = 0;
+    int causal = 0;
+    if (a == "--config" && i + 1 < argc &&
+        std::sscanf(argv[i + 1], "%d,%lld,%d,%d", &c.ranks, &tokens, &c.d, &causal) == 4) {
+      ++i;
+      c.tokens = tokens;
+      c.causal = causal != 0;
+      configs.push_back(c);
+    } else if (a == "--out" && i + 1 < argc) {
+      out_dir = argv[++i];
+    } else if (a == "--commit" && i + 1 < argc) {
       commit = argv[++i];
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--ranks R] [--tokens N] [--d D] [--causal 0|1] [--nccl] "
-                   "[--one-stream] [--out FILE] [--commit SHA]\n",
-                   argv[0]);
-      return 2;
+      return usage(argv[0]);
     }
-  }
-  if (c.ranks < 1 || c.tokens % (2 * c.ranks) != 0) {
-    std::fprintf(stderr, "--tokens must be a multiple of 2 x --ranks (zigzag chunks)\n");
-    return 2;
   }
   try {
     const int devices = device_count();
+    const bool nccl = devices > 1 && flashkit::build_info().nccl;
+    if (configs.empty()) {
+      for (int ranks = 2; ranks <= std::max(devices, 2); ranks *= 2) {
+        for (bool causal : {true, false}) {
+          Config c;
+          c.ranks = ranks;
+          c.tokens = devices > 1 ? 32768 : 16384;
+          c.causal = causal;
+          configs.push_back(c);
+        }
+      }
+    }
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-    const Result r = run(c);
-    const double per_device = double(c.ranks) / std::min(c.ranks, devices);
-    const std::string config =
-        "{\"ranks\": " + std::to_string(c.ranks) +
-        ", \"devices\": " + std::to_string(std::min(c.ranks, devices)) +
-        ", \"tokens\": " + std::to_string(c.tokens) + ", \"d\": " + std::to_string(c.d) +
-        ", \"heads\": " + std::to_string(c.heads()) +
-        ", \"causal\": " + (c.causal ? "true" : "false") + ", \"comm\": \"" +
-        (c.nccl ? "nccl" : "in-process") + "\", \"streams\": " + (c.two_streams ? "2" : "1") + "}";
-    std::printf("%s, %d rank(s) on %d device(s) (%.0f a device), %lld tokens, d %d, %s, %s\n",
-                prop.name, c.ranks, std::min(c.ranks, devices), per_device,
-                static_cast<long long>(c.tokens), c.d, c.causal ? "causal" : "full",
-                c.nccl ? "nccl" : "in-process");
-    std::printf("  forward:  ring %.3f ms, one device %.3f ms: %.2fx (%.0f TFLOP/s a device)\n",
-                r.ring_fwd, r.one_fwd, r.one_fwd / r.ring_fwd,
-                c.fwd_flops() / (r.ring_fwd * 1e9) / std::min(c.ranks, devices));
-    std::printf("  backward: ring %.3f ms, one device %.3f ms: %.2fx\n", r.ring_bwd, r.one_bwd,
-                r.one_bwd / r.ring_bwd);
-    if (!out_path.empty()) {
-      std::ofstream o(out_path);
+    std::vector<std::string> rows;
+    for (Config c : configs) {
+      if (c.ranks < 1 || c.tokens % (2 * c.ranks) != 0 || 2048 % c.d != 0) {
+        std::fprintf(stderr,
+                     "config %d,%lld,%d: tokens must be a multiple of 2 x ranks, d divide 2048\n",
+                     c.ranks, static_cast<long long>(c.tokens), c.d);
+        return 2;
+      }
+      c.nccl = nccl && c.ranks <= devices;
+      const int used = std::min(c.ranks, devices);
+      const RingTimes one = run_one_device(c);
+      Config one_stream = c;
+      one_stream.two_streams = false;
+      const RingTimes ring = run_ring(c), serial = run_ring(one_stream);
+      std::printf("%s: %d rank(s) on %d device(s), %s, %lld tokens, d %d, %s\n", prop.name, c.ranks,
+                  used, c.nccl ? "nccl" : "in-process", static_cast<long long>(c.tokens), c.d,
+                  c.causal ? "causal" : "full");
+      std::printf(
+          "  forward:  one device %.3f ms; ring %.3f ms (%.2fx, %.0f %% of one device's "
+          "throughput a device), shifts in line %.3f ms\n",
+          one.fwd, ring.fwd, one.fwd / ring.fwd, 100 * one.fwd / (ring.fwd * used), serial.fwd);
+      std::printf(
+          "  backward: one device %.3f ms; ring %.3f ms (%.2fx, %.0f %%), shifts in line "
+          "%.3f ms\n",
+          one.bwd, ring.bwd, one.bwd / ring.bwd, 100 * one.bwd / (ring.bwd * used), serial.bwd);
+      std::fflush(stdout);
+      for (const char* pass : {"fwd", "bwd"}) {
+        const bool f = pass[0] == 'f';
+        rows.push_back(
+            row("flashkit-ring", c, pass, f ? ring.fwd : ring.bwd, f ? one.fwd : one.bwd, used));
+        rows.push_back(row("flashkit-ring-1stream", c, pass, f ? serial.fwd : serial.bwd,
+                           f ? one.fwd : one.bwd, used));
+        rows.push_back(row("flashkit", c, pass, f ? one.fwd : one.bwd, f ? one.fwd : one.bwd, 1));
+      }
+    }
+    if (!out_dir.empty()) {
+      std::ofstream o(out_dir + "/ring.json");
       o << "{\"suite\": \"ring\", \"commit\": \"" << commit << "\", \"date\": \"" << now_utc()
-        << "\", \"device\": \"" << prop.name << "\",\n \"rows\": [\n"
-        << "  {\"impl\": \"flashkit-ring\", \"config\": " << config
-        << ", \"fwd_ms\": " << r.ring_fwd << ", \"bwd_ms\": " << r.ring_bwd << "},\n"
-        << "  {\"impl\": \"flashkit\", \"config\": " << config << ", \"fwd_ms\": " << r.one_fwd
-        << ", \"bwd_ms\": " << r.one_bwd << "}\n]}\n";
+        << "\", \"device\": \"" << prop.name << "\", \"devices\": " << devices
+        << ",\n \"protocol\": {\"warmup\": " << kWarmup << ", \"reps\": " << kReps
+        << ", \"statistic\": \"median over calls of the slowest rank's CUDA-event time\"},\n"
+        << " \"rows\": [\n";
+      for (std::size_t i = 0; i < rows.size(); ++i)
+        o << rows[i] << (i + 1 < rows.size() ? ",\n" : "\n");
+      o << "]}\n";
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
