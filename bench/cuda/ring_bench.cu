@@ -244,9 +244,9 @@ int usage(const char* argv0) {
   std::fprintf(
       stderr,
       "usage: %s [--config RANKS,TOKENS,D,CAUSAL ...] [--out DIR] [--commit SHA]\n"
-      "  default: every power-of-two ring up to the devices present (2 ranks sharing one\n"
-      "  device on a one-GPU machine) over 32768 tokens (16384 on one GPU), d 128, causal\n"
-      "  and not; NCCL where there are several devices and the build has it\n",
+      "  default: every power-of-two ring up to the devices present over 16384 tokens a rank\n"
+      "  (on a one-GPU machine, 2 ranks sharing it over 16384 in all), d 128, causal and not;\n"
+      "  NCCL where there are several devices and the build has it\n",
       argv0);
   return 2;
 }
@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
         for (bool causal : {true, false}) {
           Config c;
           c.ranks = ranks;
-          c.tokens = devices > 1 ? 32768 : 16384;
+          c.tokens = devices > 1 ? 16384 * std::int64_t(ranks) : 16384;  // 16k a device
           c.causal = causal;
           configs.push_back(c);
         }
