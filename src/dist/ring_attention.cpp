@@ -1,6 +1,7 @@
 // Ring attention: each step runs attention_forward / attention_backward on chunk pairs of this
 // rank's queries and the K/V shard it holds (the global mask moved to the pair by
-// Mask::diagonal_offset, or dropped where the pair sees every key), merges or adds the results,
+// Mask::diagonal_offset, or dropped where the pair sees every key, chunks seen whole side by side
+// in one call), merges or adds the results,
 // and shifts the shard (and, backward, its gradient accumulator) one rank along the ring. The
 // same steps run on the CPU and, queued on the caller's streams, on a CUDA device.
 #include <algorithm>
@@ -196,35 +197,60 @@ class HeldShard {
 
 // The global mask as seen by one chunk pair: query t of chunk q is global token q0 + t and key u
 // of chunk kv is k0 + u, so the pair's diagonal sits q0 - k0 keys further on and its prefix-LM
-// keys are the first prefix_len - k0. A pair that sees every key takes no mask (the kernels then
-// test none; causal rings are mostly such pairs).
-Mask chunk_mask(const RingProblem& p, const core::MaskRule& rule, const Chunk& q, const Chunk& kv,
-                std::int64_t total) {
+// keys are the first prefix_len - k0.
+Mask chunk_mask(const RingProblem& p, const Chunk& q, const Chunk& kv) {
   Mask m = p.mask;
-  if (dist::pair_sees_everything(rule, p.mask.alibi_slopes.defined(), q, kv, total)) {
-    m.causal = false;
-    m.window_left = m.window_right = -1;
-    m.prefix_len = 0;
-    return m;
-  }
   m.align = CausalAlign::top_left;
   m.diagonal_offset = q.first_token() - kv.first_token();
   m.prefix_len = std::clamp<std::int64_t>(p.mask.prefix_len - kv.first_token(), 0, kv.len);
   return m;
 }
 
-// Calls visit(q chunk, kv chunk, mask) for each chunk pair of this rank's queries and the shard
-// it holds at `step` that the mask lets meet.
+// The mask of a call in which every query sees every key: no position rule left for the kernels
+// to test (softcap stays; ALiBi never gets here, its scores need the positions).
+Mask unmasked(const RingProblem& p) {
+  Mask m = p.mask;
+  m.causal = false;
+  m.window_left = m.window_right = -1;
+  m.prefix_len = 0;
+  return m;
+}
+
+// Rows [local_start, local_start + len) of the held shard that one attention call reads.
+struct KeyRows {
+  std::int64_t local_start, len;
+};
+
+// Calls visit(q chunk, key rows, mask) for the attention calls of this rank's queries against the
+// shard it holds at `step`: one per chunk pair that the mask lets meet, except that chunks next to
+// each other in the shard that a query chunk sees whole are one call (zigzag's late chunk sees
+// both chunks of every shard from the ranks after it: one call of L keys instead of two calls
+// and two merges).
 template <class Visit>
-void for_each_visible_pair(const RingProblem& p, const Shard& s, const core::MaskRule& rule,
-                           int step, Visit&& visit) {
+void for_each_call(const RingProblem& p, const Shard& s, const core::MaskRule& rule, int step,
+                   Visit&& visit) {
   const int ranks = p.comm->size(), rank = p.comm->rank();
   const int source = (rank - step + ranks) % ranks;  // whose shard this rank holds
   const std::int64_t total = s.len * ranks;
+  const bool alibi = p.mask.alibi_slopes.defined();
   for (const Chunk& qc : dist::shard_chunks(p.layout, ranks, rank, s.len)) {
+    std::optional<KeyRows> whole;  // seen whole, not yet visited
     for (const Chunk& kc : dist::shard_chunks(p.layout, ranks, source, s.len)) {
-      if (dist::chunks_meet(rule, qc, kc, total)) visit(qc, kc, chunk_mask(p, rule, qc, kc, total));
+      if (!dist::chunks_meet(rule, qc, kc, total)) continue;
+      const bool everything = dist::pair_sees_everything(rule, alibi, qc, kc, total);
+      if (everything && whole && whole->local_start + whole->len == kc.local_start) {
+        whole->len += kc.len;
+        continue;
+      }
+      if (whole) visit(qc, *whole, unmasked(p));
+      whole.reset();
+      if (everything) {
+        whole = KeyRows{kc.local_start, kc.len};
+      } else {
+        visit(qc, KeyRows{kc.local_start, kc.len}, chunk_mask(p, qc, kc));
+      }
     }
+    if (whole) visit(qc, *whole, unmasked(p));
   }
 }
 
@@ -264,7 +290,7 @@ void run_forward(const RingAttentionArgs& a, const Shard& s, const core::MaskRul
       held.send(*a.comm, streams.comm());
       streams.mark(Arrival::kv);
     }
-    for_each_visible_pair(a, s, rule, step, [&](const Chunk& qc, const Chunk& kc, const Mask& m) {
+    for_each_call(a, s, rule, step, [&](const Chunk& qc, const KeyRows& kc, const Mask& m) {
       AttentionArgs p;
       p.q = rows_of(a.q, qc.local_start, qc.len);
       p.k = rows_of(held.k(), kc.local_start, kc.len);
@@ -340,8 +366,8 @@ void run_backward(const RingBackwardArgs& a, const Shard& s, const core::MaskRul
   GradRing grads(a, s);
   RingBuffer dq_acc(dev, a.stream, DType::f32, {s.batch, s.len, s.heads_q, s.dim});
   RingBuffer dq_part(dev, a.stream, DType::f32, {s.batch, chunk, s.heads_q, s.dim});
-  RingBuffer dk_part(dev, a.stream, DType::f32, {s.batch, chunk, s.heads_kv, s.dim});
-  RingBuffer dv_part(dev, a.stream, DType::f32, {s.batch, chunk, s.heads_kv, s.dim_v});
+  RingBuffer dk_part(dev, a.stream, DType::f32, {s.batch, s.len, s.heads_kv, s.dim});    // a call's
+  RingBuffer dv_part(dev, a.stream, DType::f32, {s.batch, s.len, s.heads_kv, s.dim_v});  // keys
   dist::fill(dq_acc.view(), 0.0f, a.stream);
   dist::RingStreams streams(a);  // after the buffers: it joins the streams before they are freed
 
@@ -354,7 +380,7 @@ void run_backward(const RingBackwardArgs& a, const Shard& s, const core::MaskRul
       streams.mark(Arrival::kv);
     }
     grads.start(step, a.stream);
-    for_each_visible_pair(a, s, rule, step, [&](const Chunk& qc, const Chunk& kc, const Mask& m) {
+    for_each_call(a, s, rule, step, [&](const Chunk& qc, const KeyRows& kc, const Mask& m) {
       BackwardArgs p;
       p.q = rows_of(a.q, qc.local_start, qc.len);
       p.k = rows_of(held.k(), kc.local_start, kc.len);

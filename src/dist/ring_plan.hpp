@@ -30,8 +30,8 @@ bool chunks_meet(const core::MaskRule& rule, const Chunk& q, const Chunk& kv, st
 Tensor rows_of(const Tensor& t, std::int64_t start, std::int64_t len);
 Tensor lse_columns(const Tensor& lse, std::int64_t start, std::int64_t len);
 
-// The full-mask rule of a chunk pair that every query sees every key of, so the attention call
-// needs no mask at all; `rule` itself where some score is hidden or ALiBi needs the positions.
+// True when every query of chunk q sees every key of chunk kv under `rule`, so their attention
+// call needs no mask at all; never with ALiBi, whose scores need the positions.
 bool pair_sees_everything(const core::MaskRule& rule, bool alibi, const Chunk& q, const Chunk& kv,
                           std::int64_t total);
 
