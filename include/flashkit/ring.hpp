@@ -82,6 +82,9 @@ struct RingProblem {
   Mask mask;
   RingLayout layout = RingLayout::zigzag;
   RingCommunicator* comm = nullptr;
+  // Bit-identical gradients across runs (the attention calls' own reductions, as
+  // AttentionProblem::deterministic; the ring's sums run in a fixed order either way).
+  bool deterministic = false;
   // CUDA tensors: the cudaStream_t every step is ordered on (null: the default stream), and
   // optionally a second stream of the same device on which the shards travel while the attention
   // calls run (null or `stream`: one after the other on `stream`). The call returns once its work

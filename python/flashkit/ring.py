@@ -59,7 +59,9 @@ def _check_layout(layout):
         raise ValueError(f"layout: expected one of {_LAYOUTS}, got {layout!r}")
 
 
-def _options(comm, *, softmax_scale, causal, window_size, softcap, prefix_len, layout):
+def _options(
+    comm, *, softmax_scale, causal, window_size, softcap, prefix_len, layout, deterministic
+):
     if not isinstance(comm, RingComm):
         raise TypeError(f"comm: expected a flashkit.RingComm, got {type(comm).__name__}")
     _check_layout(layout)
@@ -72,6 +74,7 @@ def _options(comm, *, softmax_scale, causal, window_size, softcap, prefix_len, l
     o.softcap = 0.0 if softcap is None else float(softcap)
     o.prefix_len = int(prefix_len)
     o.layout = layout
+    o.deterministic = bool(deterministic)
     return o
 
 
@@ -162,6 +165,7 @@ def ring_attention(
     alibi_slopes=None,
     prefix_len=0,
     layout="zigzag",
+    deterministic=False,
     return_lse=False,
 ):
     """This rank's rows of attention over the whole sharded sequence. Every rank of `comm`'s ring
@@ -170,8 +174,8 @@ def ring_attention(
     The mask is over global positions: causal, window_size=(left, right) (-1 unbounded),
     prefix_len (global tokens seen by every query), softcap, alibi_slopes (f32 [heads_q] or
     [batch, heads_q], on q's device). layout: "zigzag" (2R chunks of L/2, rank r holding chunks r
-    and 2R-1-r: equal causal work on every rank) or "contiguous". Returns out, and with
-    return_lse also lse (f32 [batch, heads_q, L])."""
+    and 2R-1-r: equal causal work on every rank) or "contiguous". deterministic: bit-identical
+    gradients across runs. Returns out, and with return_lse also lse (f32 [batch, heads_q, L])."""
     global _function
     kind = _arrays.array_kind(q=q, k=k, v=v, alibi_slopes=alibi_slopes)
     _check_shards(q, k, v)
@@ -183,6 +187,7 @@ def ring_attention(
         softcap=softcap,
         prefix_len=prefix_len,
         layout=layout,
+        deterministic=deterministic,
     )
     if kind == "torch":
         if _function is None:
@@ -214,6 +219,7 @@ def ring_attention_backward(
     alibi_slopes=None,
     prefix_len=0,
     layout="zigzag",
+    deterministic=False,
 ):
     """Gradients (dq, dk, dv) of this rank's shard given dout and the forward's out and lse
     (ring_attention with return_lse=True), with the forward's settings. Every rank calls it
@@ -230,6 +236,7 @@ def ring_attention_backward(
         softcap=softcap,
         prefix_len=prefix_len,
         layout=layout,
+        deterministic=deterministic,
     )
     if kind == "torch":
         return _torch_backward(dout, q, k, v, out, lse, alibi_slopes, comm, o)

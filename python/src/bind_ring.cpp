@@ -38,6 +38,7 @@ struct RingOptions {
   std::int64_t prefix_len = 0;
   float softcap = 0.0f;
   std::string layout = "zigzag";
+  bool deterministic = false;
   std::uintptr_t stream = 0;       // cudaStream_t as an integer
   std::uintptr_t comm_stream = 0;  // optional second stream for the shards (0: none)
 };
@@ -62,6 +63,7 @@ void fill_problem(RingProblem& p, const InArray& q, const InArray& k, const InAr
   p.mask.softcap = o.softcap;
   p.mask.alibi_slopes = to_tensor(alibi_slopes, "alibi_slopes");
   p.layout = parse_layout(o.layout);
+  p.deterministic = o.deterministic;
   p.comm = comm.comm.get();
   p.stream = reinterpret_cast<void*>(o.stream);
   p.comm_stream = reinterpret_cast<void*>(o.comm_stream);
@@ -147,6 +149,7 @@ void bind_ring(nb::module_& m) {
       .def_rw("prefix_len", &RingOptions::prefix_len)
       .def_rw("softcap", &RingOptions::softcap)
       .def_rw("layout", &RingOptions::layout)
+      .def_rw("deterministic", &RingOptions::deterministic)
       .def_rw("stream", &RingOptions::stream)
       .def_rw("comm_stream", &RingOptions::comm_stream);
 

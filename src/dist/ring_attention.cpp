@@ -47,6 +47,7 @@ AttentionProblem shard_problem(const RingProblem& p) {
   whole.v = p.v;
   whole.softmax_scale = p.softmax_scale;
   whole.mask = p.mask;
+  whole.deterministic = p.deterministic;
   whole.stream = p.stream;
   return whole;
 }
@@ -387,6 +388,7 @@ void run_backward(const RingBackwardArgs& a, const Shard& s, const core::MaskRul
       p.v = rows_of(held.v(), kc.local_start, kc.len);
       p.softmax_scale = a.softmax_scale;
       p.mask = m;
+      p.deterministic = a.deterministic;
       p.stream = a.stream;
       p.out = rows_of(a.out, qc.local_start, qc.len);
       p.lse = lse_columns(a.lse, qc.local_start, qc.len);

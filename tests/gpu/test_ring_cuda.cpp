@@ -76,6 +76,7 @@ struct Spec {
   bool two_streams = true;
   bool spread = false;  // ranks over every device present, not all on cuda:0
   bool nccl = false;
+  bool deterministic = false;
   std::string name() const {
     return std::to_string(ranks) + " ranks " +
            (layout == RingLayout::zigzag ? "zigzag" : "contiguous") + " " + mask_name(mask) + " " +
@@ -162,6 +163,7 @@ void run_rank(const Spec& s, const CaseData& c, RingCommunicator& comm, int rank
   a.comm = &comm;
   a.stream = main;
   a.comm_stream = s.two_streams ? side : nullptr;
+  a.deterministic = s.deterministic;
   a.out = d_out.view();
   a.lse = d_lse.view();
   ring_attention_forward(a);
@@ -185,8 +187,8 @@ void run_rank(const Spec& s, const CaseData& c, RingCommunicator& comm, int rank
   d_dv.copy_to(r.dv);
 }
 
-void check_ring(const Spec& s) {
-  SCOPED_TRACE(s.name());
+// The whole sequence of `s`: batch 2, 4 query / 2 KV heads.
+CaseData whole_case(const Spec& s) {
   CaseSpec whole;
   whole.dtype = s.dtype;
   whole.seqlens_q = whole.seqlens_k = {s.local * s.ranks, s.local * s.ranks};
@@ -196,10 +198,11 @@ void check_ring(const Spec& s) {
   whole.seed = unsigned(s.ranks * 7 + int(s.mask));
   apply_mask(whole, s.mask);
   whole.align = CausalAlign::bottom_right;  // equal lengths: the two alignments agree
-  const CaseData c = make_case(whole);
-  const ForwardResult oracle = oracle_forward(c), plain = plain_forward(c);
-  const BackwardResult oracle_b = oracle_backward(c), plain_b = plain_backward(c);
+  return make_case(whole);
+}
 
+// Every rank's forward and backward, a thread each, on a new ring.
+std::vector<RankOut> run_every_rank(const Spec& s, const CaseData& c) {
   std::vector<std::unique_ptr<RingCommunicator>> ring;
   NcclRingId id;
   if (s.nccl) {
@@ -225,6 +228,16 @@ void check_ring(const Spec& s) {
     });
   }
   for (auto& t : threads) t.join();
+  return got;
+}
+
+void check_ring(const Spec& s) {
+  SCOPED_TRACE(s.name());
+  const CaseData c = whole_case(s);
+  const CaseSpec& whole = c.spec;
+  const ForwardResult oracle = oracle_forward(c), plain = plain_forward(c);
+  const BackwardResult oracle_b = oracle_backward(c), plain_b = plain_backward(c);
+  const std::vector<RankOut> got = run_every_rank(s, c);
 
   const std::int64_t b = c.batch, hq = whole.heads_q, hkv = whole.heads_kv, d = whole.head_dim;
   std::vector<double> out(oracle.out.size()), lse(oracle.lse.size()), dq(oracle_b.dq.size()),
@@ -272,6 +285,22 @@ TEST(RingCuda, ShiftsOnTheMainStreamHeadDimsAndDtypes) {
   f32.dtype = DType::f32;
   f32.ranks = 2;
   check_ring(f32);
+}
+
+TEST(RingCuda, DeterministicGradientsRepeatBitForBit) {
+  Spec s;
+  s.ranks = 3;
+  s.deterministic = true;
+  const CaseData c = whole_case(s);
+  const std::vector<RankOut> first = run_every_rank(s, c), second = run_every_rank(s, c);
+  for (int r = 0; r < s.ranks; ++r) {
+    const RankOut &a = first[std::size_t(r)], &b = second[std::size_t(r)];
+    ASSERT_EQ(a.error, "") << "rank " << r;
+    ASSERT_EQ(b.error, "") << "rank " << r;
+    EXPECT_EQ(a.dq.values(), b.dq.values()) << "rank " << r;
+    EXPECT_EQ(a.dk.values(), b.dk.values()) << "rank " << r;
+    EXPECT_EQ(a.dv.values(), b.dv.values()) << "rank " << r;
+  }
 }
 
 TEST(RingCuda, OneRankIsPlainAttention) {
