@@ -8,6 +8,9 @@
 
 #include <climits>
 #include <cstdint>
+#include <mutex>
+#include <set>
+#include <utility>
 
 #include "core/checks.hpp"
 #include "core/softmax_state.hpp"
@@ -110,6 +113,24 @@ cudaStream_t as_stream(void* stream) {
   return static_cast<cudaStream_t>(stream);
 }
 
+// Lets `device` (the current one) reach `peer`'s memory, once per pair and process; a pair that
+// cannot is left to cudaMemcpyPeerAsync's copy through the host.
+void enable_peer_access(int device, int peer) {
+  static std::mutex mutex;
+  static std::set<std::pair<int, int>> done;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!done.insert({device, peer}).second) return;
+  int can = 0;
+  check_cuda(cudaDeviceCanAccessPeer(&can, device, peer), "cudaDeviceCanAccessPeer");
+  if (!can) return;
+  const cudaError_t status = cudaDeviceEnablePeerAccess(peer, 0);
+  if (status == cudaErrorPeerAccessAlreadyEnabled) {
+    cudaGetLastError();  // the caller (torch, say) enabled it: not an error to keep
+    return;
+  }
+  check_cuda(status, "cudaDeviceEnablePeerAccess");
+}
+
 }  // namespace
 
 void* ring_alloc(std::size_t bytes, void* stream) {
@@ -162,6 +183,7 @@ void ring_copy_into(const Tensor& dst, const Tensor& src, void* stream) {
 void ring_copy_bytes(void* dst, int dst_device, const void* src, int src_device, std::size_t bytes,
                      void* stream) {
   if (bytes == 0) return;
+  if (dst_device != src_device) enable_peer_access(dst_device, src_device);
   check_cuda(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, as_stream(stream)),
              "cudaMemcpyPeerAsync");
 }

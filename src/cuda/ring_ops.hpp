@@ -33,7 +33,9 @@ void ring_add_into(const Tensor& acc, const Tensor& part, void* stream);
 void ring_copy_into(const Tensor& dst, const Tensor& src, void* stream);
 
 // `bytes` from `src` on device `src_device` to `dst` on device `dst_device` (equal or not),
-// ordered on `stream` of the current device.
+// ordered on `stream` of the current device. Between two devices that can reach each other's
+// memory, peer access is turned on first (once per pair and process), so the copy goes over
+// NVLink or PCIe directly rather than through host memory.
 void ring_copy_bytes(void* dst, int dst_device, const void* src, int src_device, std::size_t bytes,
                      void* stream);
 
