@@ -101,32 +101,38 @@ std::vector<double> header(const RingProblem& p, const std::optional<Shard>& s) 
 }
 
 // Passes `mine` R - 1 times around the ring and returns every rank's, starting with this rank's
-// left neighbour. CUDA shards pass it through device memory (an NCCL ring moves nothing else),
-// synchronising `stream` once per shift.
+// left neighbour. Row t of one [R, n] buffer goes on as row t + 1; CUDA shards pass it through
+// device memory (an NCCL ring moves nothing else), with one copy in and one copy out, each
+// synchronising `stream`.
 std::vector<std::vector<double>> every_header(const RingProblem& p,
                                               const std::vector<double>& mine) {
   RingCommunicator& comm = *p.comm;
   const Device device = p.q.defined() && p.q.device().is_cuda() ? p.q.device() : Device::cpu();
-  const std::int64_t n = std::int64_t(mine.size());
-  const std::size_t bytes = mine.size() * sizeof(double);
-  RingBuffer send(device, p.stream, DType::f64, {n}), recv(device, p.stream, DType::f64, {n});
-  std::vector<double> held = mine;
-  std::vector<std::vector<double>> seen;
-  for (int step = 1; step < comm.size(); ++step) {
-    if (device.is_cpu()) {
-      std::copy(held.begin(), held.end(), send.view().data_as<double>());
-      comm.shift(send.view(), recv.view(), p.stream);
-      std::copy_n(recv.view().data_as<const double>(), n, held.begin());
-    } else {
+  const std::int64_t ranks = comm.size(), n = std::int64_t(mine.size());
+  std::vector<double> all(std::size_t(ranks * n));
+  std::copy(mine.begin(), mine.end(), all.begin());
+  if (ranks > 1) {
+    RingBuffer rows(device, p.stream, DType::f64, {ranks, n});
+    auto row = [&](std::int64_t t) {
+      return Tensor(rows.view().data_as<double>() + t * n, DType::f64, {n}, device);
+    };
+    const std::size_t bytes = all.size() * sizeof(double);
+    if (device.is_cpu()) std::copy(all.begin(), all.end(), rows.view().data_as<double>());
 #if FLASHKIT_HAVE_CUDA
-      cuda::ring_copy_to_device(send.view().data(), held.data(), bytes, p.stream);
-      comm.shift(send.view(), recv.view(), p.stream);
-      cuda::ring_copy_to_host(held.data(), recv.view().data(), bytes, p.stream);
+    if (device.is_cuda())
+      cuda::ring_copy_to_device(rows.view().data(), all.data(), bytes, p.stream);
 #endif
-    }
-    seen.push_back(held);
+    for (std::int64_t t = 0; t + 1 < ranks; ++t) comm.shift(row(t), row(t + 1), p.stream);
+    if (device.is_cpu()) std::copy_n(rows.view().data_as<const double>(), all.size(), all.begin());
+#if FLASHKIT_HAVE_CUDA
+    if (device.is_cuda()) cuda::ring_copy_to_host(all.data(), rows.view().data(), bytes, p.stream);
+#endif
+    (void)bytes;
   }
-  (void)bytes;
+  std::vector<std::vector<double>> seen;
+  for (std::int64_t t = 1; t < ranks; ++t) {
+    seen.emplace_back(all.begin() + t * n, all.begin() + (t + 1) * n);
+  }
   return seen;
 }
 
