@@ -11,6 +11,11 @@ autograd (the backward passes the shards around the ring again); numpy arrays ru
 backend, with flashkit.in_process_ring giving communicators whose ranks are threads of this
 process. On CUDA the call runs on the current stream, the shards travelling on a second stream
 of the device beside the attention calls.
+
+Ranks that are threads of one process sharing a GPU take their gradients from
+ring_attention_backward, not from autograd: autograd runs a process's CUDA backward functions on
+one worker thread per device, where such ranks would wait for each other for ever. A process per
+rank (nccl_ring) has no such limit.
 """
 
 from __future__ import annotations

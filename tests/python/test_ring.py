@@ -132,7 +132,10 @@ def torch_or_skip():
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_torch_autograd_matches_the_whole_sequence(rng, device):
+def test_torch_ranks_match_the_whole_sequence(rng, device):
+    """On the CPU through autograd. On CUDA through ring_attention_backward: autograd runs every
+    CUDA backward of a process on that device's one worker thread, so ranks that are threads
+    sharing a GPU would wait there for each other (processes, as with NCCL, each have their own)."""
     torch = torch_or_skip()
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
@@ -151,11 +154,19 @@ def test_torch_autograd_matches_the_whole_sequence(rng, device):
 
     def rank(r):
         idx = positions[r].to(device)
+        if device == "cuda":
+            mine = [x[:, idx].contiguous() for x in (q, k, v)]
+            out, lse = flashkit.ring_attention(
+                *mine, comms[r], causal=True, layout=layout, return_lse=True
+            )
+            grads = flashkit.ring_attention_backward(
+                dout[:, idx].contiguous(), *mine, out, lse, comms[r], causal=True, layout=layout
+            )
+            torch.cuda.synchronize()
+            return out, grads
         mine = [x[:, idx].detach().clone().requires_grad_() for x in (q, k, v)]
         out = flashkit.ring_attention(*mine, comms[r], causal=True, layout=layout)
         out.backward(dout[:, idx])
-        if device == "cuda":
-            torch.cuda.synchronize()
         return out.detach(), [x.grad for x in mine]
 
     results = on_every_rank(ranks, rank)
