@@ -369,15 +369,18 @@ TEST(RingErrors, EachBadArgumentIsNamed) {
   auto offset = forward_errors([](int, RingAttentionArgs& a, const HostTensor&, const HostTensor&,
                                   const HostTensor&) { a.mask.diagonal_offset = 3; });
   EXPECT_EQ(offset[0].first, "mask.diagonal_offset") << offset[0].second;
-  auto on_gpu = forward_errors(
-      [](int, RingAttentionArgs& a, const HostTensor&, const HostTensor&, const HostTensor&) {
-        for (Tensor* t : {&a.q, &a.k, &a.v, &a.out, &a.lse}) {
-          *t = Tensor::from_arrays(t->data(), t->dtype(), t->rank(),
-                                   std::vector<std::int64_t>{1, 4, 2, 8}.data(),
-                                   std::vector<std::int64_t>{64, 16, 8, 1}.data(), Device::cuda(0));
-        }
-        a.lse = Tensor(a.lse.data(), DType::f32, {1, 2, 4}, Device::cuda(0));
-      });
+  // Views labelled with a CUDA device that no machine has: refused by name before any buffer is
+  // made, whether this build has no CUDA backend, has one but no GPU, or runs on a GPU machine
+  // (where cuda:0 over host memory would reach a kernel).
+  auto on_gpu = forward_errors([](int, RingAttentionArgs& a, const HostTensor&, const HostTensor&,
+                                  const HostTensor&) {
+    for (Tensor* t : {&a.q, &a.k, &a.v, &a.out, &a.lse}) {
+      *t = Tensor::from_arrays(t->data(), t->dtype(), t->rank(),
+                               std::vector<std::int64_t>{1, 4, 2, 8}.data(),
+                               std::vector<std::int64_t>{64, 16, 8, 1}.data(), Device::cuda(99));
+    }
+    a.lse = Tensor(a.lse.data(), DType::f32, {1, 2, 4}, Device::cuda(99));
+  });
   EXPECT_EQ(on_gpu[0].first, "q.device") << on_gpu[0].second;
   RingAttentionArgs no_comm;
   try {
