@@ -58,23 +58,31 @@ __device__ __forceinline__ void copy_tile_async(std::uint32_t smem, const Elem* 
   }
 }
 
-// Writes rows [0, valid_rows) of a [Tile rows x Tile units] tile to gmem (row r at gmem + r *
-// row_stride elements; 16-byte aligned rows). Units go to threads in Tile::copy_order, so 8
+// Writes rows [0, valid_rows) of a [Tile rows x Tile units] tile to gmem, row r at gmem +
+// row_offset(r) elements (16-byte aligned rows). Units go to threads in Tile::copy_order, so 8
 // consecutive threads read one 128-byte shared line (no bank conflict) and write 128 contiguous
 // bytes of one row: a warp's store covers 4 whole L2 lines.
-template <class Tile, int kThreads, class Elem>
-__device__ __forceinline__ void store_tile(const unsigned char* smem, Elem* gmem,
-                                           std::int64_t row_stride, int valid_rows) {
+template <class Tile, int kThreads, class Elem, class RowOffset>
+__device__ __forceinline__ void store_tile_rows(const unsigned char* smem, Elem* gmem,
+                                                const RowOffset& row_offset, int valid_rows) {
   static_assert(Tile::kUnitsTotal % kThreads == 0, "every thread stores the same number of units");
 #pragma unroll
   for (int it = 0; it < Tile::kUnitsTotal / kThreads; ++it) {
     int row, unit;
     Tile::copy_order(it * kThreads + int(threadIdx.x), row, unit);
     if (row < valid_rows) {
-      *reinterpret_cast<uint4*>(gmem + row * row_stride + unit * (16 / int(sizeof(Elem)))) =
+      *reinterpret_cast<uint4*>(gmem + row_offset(row) + unit * (16 / int(sizeof(Elem)))) =
           *reinterpret_cast<const uint4*>(smem + Tile::byte_offset(row, unit));
     }
   }
+}
+
+// The same with row r at gmem + r * row_stride elements.
+template <class Tile, int kThreads, class Elem>
+__device__ __forceinline__ void store_tile(const unsigned char* smem, Elem* gmem,
+                                           std::int64_t row_stride, int valid_rows) {
+  store_tile_rows<Tile, kThreads>(
+      smem, gmem, [row_stride](int row) { return row * row_stride; }, valid_rows);
 }
 
 }  // namespace flashkit::cuda::sm80
