@@ -1,7 +1,9 @@
 // Causal / window / prefix-LM block skipping of the sm80 forward (sm80/kv_block_range.hpp)
 // against core::key_visible, element by element, on the host: every visible key's block is
 // visited exactly once, in descending order, and a block is left unmasked only when every row of
-// the tile sees every key of it; count() is the walk's length.
+// the tile sees every key of it; count() is the walk's length. The mask test is also held to its
+// exact rule (unmasked exactly when the block lies below the prefix's and the sequence's ends, or
+// inside every row's band), so a cheaper form cannot mask fewer or more blocks than it should.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -41,6 +43,15 @@ void check(const core::MaskRule& rule, std::int64_t len_q, std::int64_t len_k, i
       if (!range.needs_mask(n)) {
         ASSERT_TRUE(all_visible) << "block " << n << " rows " << m0;
       }
+      const std::int64_t k0 = std::int64_t(n) * block_n, k1 = k0 + block_n - 1;
+      bool inside_bands = k1 < len_k;
+      for (std::int64_t i = m0; i <= m1; ++i) {
+        const core::KeyBand band = core::key_band(rule, i + shift, len_k);
+        inside_bands = inside_bands && band.lo <= k0 && band.hi >= k1;
+      }
+      const bool below_prefix = k1 < rule.prefix_len && k1 < len_k;
+      ASSERT_EQ(range.needs_mask(n), !(below_prefix || inside_bands))
+          << "block " << n << " rows " << m0;
     }
     ASSERT_EQ(range.count(), walked) << "rows " << m0;
     for (std::int64_t i = m0; i <= m1; ++i) {
@@ -60,7 +71,9 @@ TEST(KvBlockRange, VisitsEveryVisibleKeyAndMasksEveryPartialBlock) {
     const core::MaskRule rule = random_mask_rule(rng);
     const std::int64_t len_q = pick(rng, 1, 300), len_k = pick(rng, 0, 300);
     SCOPED_TRACE("trial " + std::to_string(trial) + " " + describe(rule, len_q, len_k));
-    check(rule, len_q, len_k, 128, pick(rng, 0, 1) == 1 ? 64 : 128);
+    // The sm80 kernels' 64- and 128-key blocks and the sm90 kernels' 80 and 176.
+    constexpr int kBlockN[] = {64, 80, 128, 176};
+    check(rule, len_q, len_k, 128, kBlockN[pick(rng, 0, 3)]);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
