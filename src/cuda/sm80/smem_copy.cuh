@@ -26,12 +26,19 @@ __device__ __forceinline__ void copy_tile_async(std::uint32_t smem, const Elem* 
     const int r = int(threadIdx.x) / kS, u = int(threadIdx.x) % kS;
     const Elem* src = gmem + r * row_stride + u * 8;
     const std::int64_t pass_stride = kPassRows * row_stride;
-    // Likewise one shared address: a pass starts a whole number of swizzle periods down (16
-    // rows), so each unit's destination is this thread's pass-0 unit plus a compile-time offset
-    // (ptx/swizzle.hpp, fixed_offset). Computed per unit, ptxas kept one register per unit (16
-    // for K at d = 256) or spilled them (the d = 64 backward reloaded 6 a step).
-    static_assert(kPassRows % 16 == 0, "passes start on a swizzle period");
+    // Likewise one shared address: where a pass starts a whole number of swizzle periods down
+    // (16 rows: every kernel's copies; not a single warp's), each unit's destination is this
+    // thread's pass-0 unit plus a compile-time offset (ptx/swizzle.hpp, fixed_offset). Computed
+    // per unit, ptxas kept one register per unit (16 for K at d = 256) or spilled them (the d =
+    // 64 backward reloaded 6 a step).
     const std::uint32_t dst = smem + Tile::byte_offset(r, u);
+    auto unit_dst = [&](int pass, int strip) {
+      if constexpr (kPassRows % 16 == 0) {
+        return dst + Tile::fixed_offset(pass * kPassRows, strip * kS);
+      } else {
+        return smem + Tile::byte_offset(pass * kPassRows + r, strip * kS + u);
+      }
+    };
     if (valid_rows >= Tile::kRowCount) {
       // Every row exists (all but a sequence's last tile): no per-unit predicate or pointer
       // select, two adds a unit (a d = 128 backward step spent ~115 instructions on its 8
@@ -39,8 +46,7 @@ __device__ __forceinline__ void copy_tile_async(std::uint32_t smem, const Elem* 
 #pragma unroll
       for (int it = 0; it < kPerThread; ++it) {
         const int strip = it * kThreads / kStrip, pass = it * kThreads % kStrip / kThreads;
-        ptx::cp_async_16(dst + Tile::fixed_offset(pass * kPassRows, strip * kS),
-                         src + pass * pass_stride + strip * kS * 8);
+        ptx::cp_async_16(unit_dst(pass, strip), src + pass * pass_stride + strip * kS * 8);
       }
       return;
     }
@@ -49,7 +55,7 @@ __device__ __forceinline__ void copy_tile_async(std::uint32_t smem, const Elem* 
       const int strip = it * kThreads / kStrip, pass = it * kThreads % kStrip / kThreads;
       const int row = pass * kPassRows + r;
       const bool valid = row < valid_rows;
-      ptx::cp_async_16(dst + Tile::fixed_offset(pass * kPassRows, strip * kS),
+      ptx::cp_async_16(unit_dst(pass, strip),
                        valid ? src + pass * pass_stride + strip * kS * 8 : gmem, valid);
     }
   } else {
