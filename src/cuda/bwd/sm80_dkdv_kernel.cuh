@@ -25,6 +25,7 @@
 #include "cuda/ptx/convert.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/sm80/smem_copy.cuh"
+#include "cuda/sm80/staged_tile.cuh"
 
 namespace flashkit::cuda::sm80 {
 
@@ -38,41 +39,6 @@ __device__ __forceinline__ void add_pair(float* dst, float x0, float x1) {
   asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(dst), "f"(x0) : "memory");
   asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(dst + 1), "f"(x1) : "memory");
 #endif
-}
-
-// A [kRows x kCols] tile of Out elements in shared memory, 16-byte units swizzled.
-template <class Out, int kRows, int kCols>
-using StagedTile = ptx::SwizzledTile<kRows, int(sizeof(Out)) * kCols / 16>;
-
-// A warp's [kMt x 16] x [kNt x 8] share of an fp32 accumulator (mma.sync's C layout: lane (g, t)
-// holds rows g and g + 8, columns 2t and 2t + 1 of each 16 x 8 tile), rows row0.., columns
-// col0.., rounded to Out into a StagedTile. A warp's store puts 8 rows' 16 (f32: 32) bytes in
-// distinct banks.
-template <class Out, int kRows, int kCols, int kMt, int kNt>
-__device__ __forceinline__ void stage_fragments(unsigned char* tile,
-                                                const float (&acc)[kMt][kNt][4], int row0, int col0,
-                                                int g, int t) {
-  using Tile = StagedTile<Out, kRows, kCols>;
-  constexpr int kPerUnit = 16 / int(sizeof(Out));
-#pragma unroll
-  for (int mt = 0; mt < kMt; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int lane_off = Tile::lane_offset(half * 8 + g);
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt) {
-        const int col = col0 + nt * 8 + 2 * t;  // this lane's pair
-        const int unit = col / kPerUnit;
-        const int off = Tile::fixed_offset(row0 + 16 * mt, unit) +
-                        (lane_off ^ Tile::unit_xor(unit)) + col % kPerUnit * int(sizeof(Out));
-        const float x0 = acc[mt][nt][2 * half], x1 = acc[mt][nt][2 * half + 1];
-        if constexpr (std::is_same_v<Out, float>) {
-          *reinterpret_cast<float2*>(tile + off) = {x0, x1};
-        } else {
-          *reinterpret_cast<std::uint32_t*>(tile + off) = ptx::pack2<Out>(x0, x1);
-        }
-      }
-    }
 }
 
 template <class T>

@@ -40,6 +40,9 @@ struct SwizzledTile {
   // (the XOR only mixes bits that row0 and whole strips never touch). A kernel then keeps one
   // register per operand and lane, and every k step is one XOR with an immediate, instead of
   // the ~80 precomputed addresses that spilled at d = 128.
+  // Also, for any r (row0 + r < kRows), u < kStripUnits and a strip's first unit s0,
+  //   byte_offset(row0 + r, s0 + u) == fixed_offset(row0, s0) + byte_offset(r, u),
+  // so a copy loop whose passes move a multiple of 16 rows keeps one shared address per thread.
   FLASHKIT_HD static constexpr int fixed_offset(int row0, int unit) {
     return ((unit / kStripUnits) * kRows + row0) * kStripUnits * 16;
   }

@@ -12,19 +12,25 @@
 #include "cuda/ptx/warp_reduce.cuh"
 #include "cuda/sm80/fwd_softmax.cuh"
 #include "cuda/sm80/fwd_tile_scheduler.cuh"
+#include "cuda/sm80/smem_copy.cuh"
+#include "cuda/sm80/staged_tile.cuh"
 
 namespace flashkit::cuda::sm80 {
 
-// Stores go straight from registers: a quad writes 16 contiguous bytes per row and n8 tile
-// (8 bytes with f32 output). The epilogue moves d * 2 bytes per row once, against the
-// mainloop's 4 * d * len_k flops per row, so it is not worth a trip through shared memory.
-// Rows are placed by the K/V source's reader (kv_source.cuh: row_offset).
+// O leaves through shared memory (staged_tile.cuh): from the fragments a quad writes 16 bytes of
+// each of 8 rows per store, 8 L2 lines a warp instruction (2048 line accesses a 128 x 128 bf16
+// tile), against 4 whole lines per store this way (512). The mainloop's buffers are free by then:
+// its last block waited for its own copies, and the barrier below waits for every warp's last
+// P V. lse goes from registers (one float a row). Rows are placed by the K/V source's reader
+// (kv_source.cuh: row_offset).
 template <class T, class Rows>
 __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdTile& tile,
-                                             const Rows& rows, FwdAccum<T>& acc) {
+                                             const Rows& rows, FwdAccum<T>& acc,
+                                             unsigned char* smem) {
   using Elem = typename T::Elem;
+  static_assert(StagedTile<float, T::kBlockM, T::kD>::kBytes <= T::kSmemBytes,
+                "an f32 O tile fits the mainloop's shared memory");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const bool out_f32 = p.out_dtype == DType::f32;
 #pragma unroll
   for (int mt = 0; mt < T::kMmaM; ++mt)
 #pragma unroll
@@ -32,25 +38,32 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdTile& 
       core::SoftmaxState<float> st = acc.row[mt][half];
       st.l = ptx::quad_sum(st.l);
       const float inv_l = st.l > 0.0f ? 1.0f / st.l : 0.0f;
-      const int row = tile.row_begin + frag_row<T>(warp, lane, mt, 2 * half);
-      if (row >= tile.row_end) continue;
-      const std::int64_t base = rows.row_offset(p.out_layout, tile, row);
 #pragma unroll
       for (int dn = 0; dn < T::kD / 8; ++dn) {
-        const int col = frag_col(lane, dn, 0);
-        const float x0 = acc.o[mt][dn][2 * half] * inv_l;
-        const float x1 = acc.o[mt][dn][2 * half + 1] * inv_l;
-        if (out_f32) {
-          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + base + col) = {x0, x1};
-        } else {
-          *reinterpret_cast<std::uint32_t*>(static_cast<Elem*>(p.out) + base + col) =
-              ptx::pack2<Elem>(x0, x1);
-        }
+        acc.o[mt][dn][2 * half] *= inv_l;
+        acc.o[mt][dn][2 * half + 1] *= inv_l;
       }
-      if (p.lse != nullptr && lane % 4 == 0) {
+      const int row = tile.row_begin + frag_row<T>(warp, lane, mt, 2 * half);
+      if (p.lse != nullptr && lane % 4 == 0 && row < tile.row_end) {
         p.lse[rows.row_offset(p.lse_layout, tile, row)] = st.lse();
       }
     }
+  const int rows_here = tile.row_end - tile.row_begin;
+  auto row_offset = [&](int r) { return rows.row_offset(p.out_layout, tile, tile.row_begin + r); };
+  __syncthreads();  // every warp is past its last P V: Q, K and V are read no more
+  if (p.out_dtype == DType::f32) {
+    stage_fragments<float, T::kBlockM, T::kD>(smem, acc.o, warp * T::kRowsPerWarp, 0, lane / 4,
+                                              lane % 4);
+    __syncthreads();
+    store_tile_rows<StagedTile<float, T::kBlockM, T::kD>, T::kThreads>(
+        smem, static_cast<float*>(p.out), row_offset, rows_here);
+  } else {
+    stage_fragments<Elem, T::kBlockM, T::kD>(smem, acc.o, warp * T::kRowsPerWarp, 0, lane / 4,
+                                             lane % 4);
+    __syncthreads();
+    store_tile_rows<StagedTile<Elem, T::kBlockM, T::kD>, T::kThreads>(
+        smem, static_cast<Elem*>(p.out), row_offset, rows_here);
+  }
 }
 
 }  // namespace flashkit::cuda::sm80

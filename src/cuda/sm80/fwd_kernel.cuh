@@ -36,7 +36,7 @@ __device__ __forceinline__ void fwd_cta(const FwdParams& p, const FwdTile& tile,
   const KvBlockRange range = kv_block_range(p.mask, tile.row_begin, tile.row_end - 1,
                                             tile.span.len_q, tile.span.len_k, T::kBlockN);
   if (range.first() >= 0) fwd_mainloop<T>(p, tile, source, range, smem, acc);
-  fwd_epilogue<T>(p, tile, source, acc);
+  fwd_epilogue<T>(p, tile, source, acc, smem);
 }
 
 template <class T>

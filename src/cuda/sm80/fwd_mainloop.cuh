@@ -20,66 +20,69 @@
 namespace flashkit::cuda::sm80 {
 
 // S = Q K^T for one block: per k16 step, each warp's Q fragments once, then K fragments two n8
-// tiles at a time. Each fragment is loaded one use ahead (two register buffers), so an ldmatrix
-// runs under the previous mma instead of in front of its own: with one buffer every mma waited
-// on the load just before it (ncu: short-scoreboard stalls on the first mma after each load were
-// 16% of the forward's samples at d = 128, FA2's pipelined loop 7%).
+// tiles at a time. Fragments are loaded T::kFragsAhead uses ahead (a ring of register buffers),
+// so an ldmatrix runs under earlier mma instead of in front of its own: with one buffer every mma
+// waited on the load just before it (ncu: short-scoreboard stalls on the first mma after each
+// load were 16% of the forward's samples at d = 128, FA2's pipelined loop 7%).
 template <class T>
 __device__ __forceinline__ void gemm_qk(ScoreBlock<T>& s, std::uint32_t q_tile,
                                         std::uint32_t k_tile, int warp, int q_lane, int k_lane) {
   using Elem = typename T::Elem;
-  constexpr int kSteps = T::kD / 16, kPairs = T::kBlockN / 16;
+  constexpr int kSteps = T::kD / 16, kPairs = T::kBlockN / 16, kFrags = kSteps * kPairs;
+  constexpr int kAhead = T::kFragsAhead;
+  // Q of step kk + 1 is loaded kAhead fragments before the step starts, into the buffer step
+  // kk - 1 used: two Q buffers hold while kAhead <= kPairs.
+  static_assert(kAhead >= 1 && kAhead <= kPairs, "Q fragments are double-buffered");
 #pragma unroll
   for (int mt = 0; mt < T::kMmaM; ++mt)
 #pragma unroll
     for (int nt = 0; nt < T::kBlockN / 8; ++nt)
 #pragma unroll
       for (int idx = 0; idx < 4; ++idx) s[mt][nt][idx] = 0.0f;
-  std::uint32_t a[2][T::kMmaM][4], b[2][4];
-  auto load_q = [&](int kk) {
-#pragma unroll
-    for (int mt = 0; mt < T::kMmaM; ++mt) {
-      load_a<typename T::QTile>(a[kk % 2][mt], q_tile, q_lane, warp * T::kRowsPerWarp + mt * 16,
-                                kk * 16);
-    }
-  };
-  auto load_k = [&](int f) {
-    load_b_from_nk<typename T::KvTile>(b[f % 2], k_tile, k_lane, (f % kPairs) * 16,
-                                       (f / kPairs) * 16);
-  };
-  load_q(0);
-  load_k(0);
-#pragma unroll
-  for (int kk = 0; kk < kSteps; ++kk) {
-#pragma unroll
-    for (int np = 0; np < kPairs; ++np) {
-      const int f = kk * kPairs + np;  // this (k step, n pair); f + 1 is loaded now
-      if (f + 1 < kSteps * kPairs) {
-        if (np + 1 == kPairs) load_q(kk + 1);
-        load_k(f + 1);
-      }
+  std::uint32_t a[2][T::kMmaM][4], b[kAhead + 1][4];
+  // Fragment f: K's (k step f / kPairs, n pair f % kPairs), after the step's Q where f starts it.
+  auto load = [&](int f) {
+    const int kk = f / kPairs;
+    if (f % kPairs == 0) {
 #pragma unroll
       for (int mt = 0; mt < T::kMmaM; ++mt) {
-        ptx::mma_m16n8k16<Elem>(s[mt][2 * np], a[kk % 2][mt], b[f % 2][0], b[f % 2][1]);
-        ptx::mma_m16n8k16<Elem>(s[mt][2 * np + 1], a[kk % 2][mt], b[f % 2][2], b[f % 2][3]);
+        load_a<typename T::QTile>(a[kk % 2][mt], q_tile, q_lane, warp * T::kRowsPerWarp + mt * 16,
+                                  kk * 16);
       }
+    }
+    load_b_from_nk<typename T::KvTile>(b[f % (kAhead + 1)], k_tile, k_lane, (f % kPairs) * 16,
+                                       kk * 16);
+  };
+#pragma unroll
+  for (int f = 0; f < kAhead; ++f) load(f);
+#pragma unroll
+  for (int f = 0; f < kFrags; ++f) {
+    if (f + kAhead < kFrags) load(f + kAhead);
+    const int kk = f / kPairs, np = f % kPairs;
+    const std::uint32_t(&bf)[4] = b[f % (kAhead + 1)];
+#pragma unroll
+    for (int mt = 0; mt < T::kMmaM; ++mt) {
+      ptx::mma_m16n8k16<Elem>(s[mt][2 * np], a[kk % 2][mt], bf[0], bf[1]);
+      ptx::mma_m16n8k16<Elem>(s[mt][2 * np + 1], a[kk % 2][mt], bf[2], bf[3]);
     }
   }
 }
 
-// O += P V for one block, P straight from the score registers; V fragments one use ahead as in
-// gemm_qk.
+// O += P V for one block, P straight from the score registers; V fragments T::kFragsAhead uses
+// ahead as in gemm_qk.
 template <class T>
 __device__ __forceinline__ void gemm_pv(FwdAccum<T>& acc, const ScoreBlock<T>& s,
                                         std::uint32_t v_tile, int v_lane) {
   using Elem = typename T::Elem;
-  constexpr int kSteps = T::kBlockN / 16, kPairs = T::kD / 16;
-  std::uint32_t b[2][4];
+  constexpr int kSteps = T::kBlockN / 16, kPairs = T::kD / 16, kFrags = kSteps * kPairs;
+  constexpr int kAhead = T::kFragsAhead;
+  std::uint32_t b[kAhead + 1][4];
   auto load_v = [&](int f) {
-    load_b_from_kn<typename T::KvTile>(b[f % 2], v_tile, v_lane, (f / kPairs) * 16,
+    load_b_from_kn<typename T::KvTile>(b[f % (kAhead + 1)], v_tile, v_lane, (f / kPairs) * 16,
                                        (f % kPairs) * 16);
   };
-  load_v(0);
+#pragma unroll
+  for (int f = 0; f < kAhead; ++f) load_v(f);
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
     std::uint32_t a[T::kMmaM][4];
@@ -88,11 +91,12 @@ __device__ __forceinline__ void gemm_pv(FwdAccum<T>& acc, const ScoreBlock<T>& s
 #pragma unroll
     for (int dn = 0; dn < kPairs; ++dn) {
       const int f = kk * kPairs + dn;
-      if (f + 1 < kSteps * kPairs) load_v(f + 1);
+      if (f + kAhead < kFrags) load_v(f + kAhead);
+      const std::uint32_t(&bf)[4] = b[f % (kAhead + 1)];
 #pragma unroll
       for (int mt = 0; mt < T::kMmaM; ++mt) {
-        ptx::mma_m16n8k16<Elem>(acc.o[mt][2 * dn], a[mt], b[f % 2][0], b[f % 2][1]);
-        ptx::mma_m16n8k16<Elem>(acc.o[mt][2 * dn + 1], a[mt], b[f % 2][2], b[f % 2][3]);
+        ptx::mma_m16n8k16<Elem>(acc.o[mt][2 * dn], a[mt], bf[0], bf[1]);
+        ptx::mma_m16n8k16<Elem>(acc.o[mt][2 * dn + 1], a[mt], bf[2], bf[3]);
       }
     }
   }

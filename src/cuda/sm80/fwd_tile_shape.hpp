@@ -59,6 +59,12 @@ struct FwdTraits {
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMmaM = kBlockM / (16 * kWarps);  // m16 row tiles per warp
   static constexpr int kRowsPerWarp = 16 * kMmaM;
+  // ldmatrix fragments in flight ahead of the mma that use them (fwd_mainloop.cuh). With one m16
+  // tile per warp (d 192 and 256) a K or V fragment feeds 2 mma, so one ahead left a median of 11
+  // instructions between a load and its mma at d = 256, 58 of a block's 256 mma under 8 (FA2's
+  // kernel: 25, none; scripts/sass-loop --ldsm). Three ahead: 16 and 2, 251 registers, no
+  // spills (two ahead spilled 8 B; four gave three's SASS). Two m16 tiles: one ahead suffices.
+  static constexpr int kFragsAhead = kMmaM == 1 ? 3 : 1;
   // The softmax's held max (fwd_softmax.cuh, kStaleMaxSlack): measured -3..+3 % here at d = 64,
   // 128 and 256 (docs/kernels/sm80_fwd.md, v7), so off.
   static constexpr bool kStaleMax = false;

@@ -26,6 +26,19 @@ __device__ __forceinline__ void copy_tile_async(std::uint32_t smem, const Elem* 
     const int r = int(threadIdx.x) / kS, u = int(threadIdx.x) % kS;
     const Elem* src = gmem + r * row_stride + u * 8;
     const std::int64_t pass_stride = kPassRows * row_stride;
+    // Likewise one shared address: where a pass starts a whole number of swizzle periods down
+    // (16 rows: every kernel's copies; not a single warp's), each unit's destination is this
+    // thread's pass-0 unit plus a compile-time offset (ptx/swizzle.hpp, fixed_offset). Computed
+    // per unit, ptxas kept one register per unit (16 for K at d = 256) or spilled them (the d =
+    // 64 backward reloaded 6 a step).
+    const std::uint32_t dst = smem + Tile::byte_offset(r, u);
+    auto unit_dst = [&](int pass, int strip) {
+      if constexpr (kPassRows % 16 == 0) {
+        return dst + Tile::fixed_offset(pass * kPassRows, strip * kS);
+      } else {
+        return smem + Tile::byte_offset(pass * kPassRows + r, strip * kS + u);
+      }
+    };
     if (valid_rows >= Tile::kRowCount) {
       // Every row exists (all but a sequence's last tile): no per-unit predicate or pointer
       // select, two adds a unit (a d = 128 backward step spent ~115 instructions on its 8
@@ -33,8 +46,7 @@ __device__ __forceinline__ void copy_tile_async(std::uint32_t smem, const Elem* 
 #pragma unroll
       for (int it = 0; it < kPerThread; ++it) {
         const int strip = it * kThreads / kStrip, pass = it * kThreads % kStrip / kThreads;
-        ptx::cp_async_16(smem + Tile::byte_offset(pass * kPassRows + r, strip * kS + u),
-                         src + pass * pass_stride + strip * kS * 8);
+        ptx::cp_async_16(unit_dst(pass, strip), src + pass * pass_stride + strip * kS * 8);
       }
       return;
     }
@@ -43,7 +55,7 @@ __device__ __forceinline__ void copy_tile_async(std::uint32_t smem, const Elem* 
       const int strip = it * kThreads / kStrip, pass = it * kThreads % kStrip / kThreads;
       const int row = pass * kPassRows + r;
       const bool valid = row < valid_rows;
-      ptx::cp_async_16(smem + Tile::byte_offset(row, strip * kS + u),
+      ptx::cp_async_16(unit_dst(pass, strip),
                        valid ? src + pass * pass_stride + strip * kS * 8 : gmem, valid);
     }
   } else {
@@ -58,23 +70,31 @@ __device__ __forceinline__ void copy_tile_async(std::uint32_t smem, const Elem* 
   }
 }
 
-// Writes rows [0, valid_rows) of a [Tile rows x Tile units] tile to gmem (row r at gmem + r *
-// row_stride elements; 16-byte aligned rows). Units go to threads in Tile::copy_order, so 8
+// Writes rows [0, valid_rows) of a [Tile rows x Tile units] tile to gmem, row r at gmem +
+// row_offset(r) elements (16-byte aligned rows). Units go to threads in Tile::copy_order, so 8
 // consecutive threads read one 128-byte shared line (no bank conflict) and write 128 contiguous
 // bytes of one row: a warp's store covers 4 whole L2 lines.
-template <class Tile, int kThreads, class Elem>
-__device__ __forceinline__ void store_tile(const unsigned char* smem, Elem* gmem,
-                                           std::int64_t row_stride, int valid_rows) {
+template <class Tile, int kThreads, class Elem, class RowOffset>
+__device__ __forceinline__ void store_tile_rows(const unsigned char* smem, Elem* gmem,
+                                                const RowOffset& row_offset, int valid_rows) {
   static_assert(Tile::kUnitsTotal % kThreads == 0, "every thread stores the same number of units");
 #pragma unroll
   for (int it = 0; it < Tile::kUnitsTotal / kThreads; ++it) {
     int row, unit;
     Tile::copy_order(it * kThreads + int(threadIdx.x), row, unit);
     if (row < valid_rows) {
-      *reinterpret_cast<uint4*>(gmem + row * row_stride + unit * (16 / int(sizeof(Elem)))) =
+      *reinterpret_cast<uint4*>(gmem + row_offset(row) + unit * (16 / int(sizeof(Elem)))) =
           *reinterpret_cast<const uint4*>(smem + Tile::byte_offset(row, unit));
     }
   }
+}
+
+// The same with row r at gmem + r * row_stride elements.
+template <class Tile, int kThreads, class Elem>
+__device__ __forceinline__ void store_tile(const unsigned char* smem, Elem* gmem,
+                                           std::int64_t row_stride, int valid_rows) {
+  store_tile_rows<Tile, kThreads>(
+      smem, gmem, [row_stride](int row) { return row * row_stride; }, valid_rows);
 }
 
 }  // namespace flashkit::cuda::sm80

@@ -1,6 +1,6 @@
 // The swizzled shared-memory layout (ptx/swizzle.hpp), proven on the host for every tile shape
 // the sm80 kernels use: a bijection, conflict-free for ldmatrix row reads and for the copy
-// loop's 16-byte stores, and the address split the fragment loaders rely on.
+// loop's 16-byte stores, and the address splits the fragment loaders and the copy loop rely on.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -55,6 +55,20 @@ void check_tile() {
         ASSERT_EQ(Tile::byte_offset(r0 + r, u),
                   Tile::fixed_offset(r0, u) + (Tile::lane_offset(r) ^ Tile::unit_xor(u)))
             << "row " << r0 + r << " unit " << u;
+      }
+    }
+  }
+  // The copy loop's split (sm80/smem_copy.cuh): rows r0 + r of strip s at this thread's row r
+  // and unit u of the strip, for every r below the tile's end.
+  constexpr int kS = Tile::kStripUnits;
+  for (int r0 = 0; r0 < kRows; r0 += 16) {
+    for (int r = 0; r0 + r < kRows; ++r) {
+      for (int s = 0; s < kUnits / kS; ++s) {
+        for (int u = 0; u < kS; ++u) {
+          ASSERT_EQ(Tile::byte_offset(r0 + r, s * kS + u),
+                    Tile::fixed_offset(r0, s * kS) + Tile::byte_offset(r, u))
+              << "row " << r0 + r << " strip " << s << " unit " << u;
+        }
       }
     }
   }
