@@ -8,6 +8,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <initializer_list>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -57,30 +58,100 @@ __device__ __forceinline__ std::int64_t warp_row() {
   return std::int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
 }
 
-__global__ void __launch_bounds__(32 * kWarps)
-    merge_into_kernel(RowGrid g, RowView acc_o, RowView acc_lse, RowView part_o, RowView part_lse) {
-  const std::int64_t r = warp_row();
-  if (r >= g.rows) return;
-  float* al = static_cast<float*>(acc_lse.data) + row_offset(acc_lse, g, r);
-  const float pl = static_cast<const float*>(part_lse.data)[row_offset(part_lse, g, r)];
-  const core::MergeWeights<float> w = core::merge_weights(*al, pl);
-  if (w.w_b == 0.0f) return;  // the part saw no key: its o may hold anything
-  float* ao = static_cast<float*>(acc_o.data) + row_offset(acc_o, g, r);
-  const float* po = static_cast<const float*>(part_o.data) + row_offset(part_o, g, r);
-  for (std::int64_t e = threadIdx.x % 32; e < g.dim; e += 32) {
-    ao[e] = w.w_a * ao[e] + w.w_b * po[e];
+// kVec consecutive elements of a row per lane: 4 (one 16-byte f32 access) where every view's rows
+// start 16-byte aligned (8 for a 16-bit out) with unit stride along d and d % 4 == 0, which the
+// ring's own buffers and dense outputs are; else 1. A warp then moves a d = 128 f32 row in one
+// access per lane instead of 4 dependent ones.
+template <int kVec>
+struct Vec {
+  float x[kVec];
+};
+
+template <int kVec>
+__device__ __forceinline__ Vec<kVec> load_f32(const float* p) {
+  Vec<kVec> v;
+  if constexpr (kVec == 4) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    v.x[0] = f.x, v.x[1] = f.y, v.x[2] = f.z, v.x[3] = f.w;
+  } else {
+    v.x[0] = *p;
   }
-  __syncwarp();  // every lane read the old lse before lane 0 replaces it
-  if (threadIdx.x % 32 == 0) *al = w.lse;
+  return v;
 }
 
+template <int kVec>
+__device__ __forceinline__ void store_as(void* base, DType dtype, std::int64_t i,
+                                         const Vec<kVec>& v) {
+  if constexpr (kVec == 4) {
+    if (dtype == DType::f32) {
+      *reinterpret_cast<float4*>(static_cast<float*>(base) + i) =
+          make_float4(v.x[0], v.x[1], v.x[2], v.x[3]);
+      return;
+    }
+    uint2 packed;  // four 16-bit values, one 8-byte store
+    if (dtype == DType::bf16) {
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x[0], v.x[1]);
+      const __nv_bfloat162 hi = __floats2bfloat162_rn(v.x[2], v.x[3]);
+      packed.x = *reinterpret_cast<const unsigned*>(&lo);
+      packed.y = *reinterpret_cast<const unsigned*>(&hi);
+    } else {
+      const __half2 lo = __floats2half2_rn(v.x[0], v.x[1]);
+      const __half2 hi = __floats2half2_rn(v.x[2], v.x[3]);
+      packed.x = *reinterpret_cast<const unsigned*>(&lo);
+      packed.y = *reinterpret_cast<const unsigned*>(&hi);
+    }
+    *reinterpret_cast<uint2*>(static_cast<char*>(base) + i * 2) = packed;
+  } else {
+    store_from_float(base, dtype, i, v.x[0]);
+  }
+}
+
+// out = the merge of (acc_o, acc_lse) and (part_o, part_lse); out may be acc itself.
+template <int kVec>
 __global__ void __launch_bounds__(32 * kWarps)
-    add_into_kernel(RowGrid g, RowView acc, RowView part) {
+    merge_kernel(RowGrid g, RowView acc_o, RowView acc_lse, RowView part_o, RowView part_lse,
+                 RowView out_o, RowView out_lse, bool in_place) {
   const std::int64_t r = warp_row();
   if (r >= g.rows) return;
-  float* a = static_cast<float*>(acc.data) + row_offset(acc, g, r);
+  const float al = static_cast<const float*>(acc_lse.data)[row_offset(acc_lse, g, r)];
+  const float pl = static_cast<const float*>(part_lse.data)[row_offset(part_lse, g, r)];
+  const core::MergeWeights<float> w = core::merge_weights(al, pl);
+  const bool part_seen = w.w_b != 0.0f;  // else its o may hold anything: not read
+  if (!part_seen && in_place) return;
+  const float* ao = static_cast<const float*>(acc_o.data) + row_offset(acc_o, g, r);
+  const float* po = static_cast<const float*>(part_o.data) + row_offset(part_o, g, r);
+  const std::int64_t o0 = row_offset(out_o, g, r);
+  for (std::int64_t e = (threadIdx.x % 32) * kVec; e < g.dim; e += 32 * kVec) {
+    Vec<kVec> v = load_f32<kVec>(ao + e);
+    if (part_seen) {
+      const Vec<kVec> p = load_f32<kVec>(po + e);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v.x[j] = w.w_a * v.x[j] + w.w_b * p.x[j];
+    }
+    store_as<kVec>(out_o.data, out_o.dtype, o0 + e, v);
+  }
+  __syncwarp();  // in place: every lane read the old lse before lane 0 replaces it
+  if (threadIdx.x % 32 == 0) {
+    static_cast<float*>(out_lse.data)[row_offset(out_lse, g, r)] = part_seen ? w.lse : al;
+  }
+}
+
+// out = acc + part; out may be acc itself.
+template <int kVec>
+__global__ void __launch_bounds__(32 * kWarps)
+    add_kernel(RowGrid g, RowView out, RowView acc, RowView part) {
+  const std::int64_t r = warp_row();
+  if (r >= g.rows) return;
+  const float* a = static_cast<const float*>(acc.data) + row_offset(acc, g, r);
   const float* p = static_cast<const float*>(part.data) + row_offset(part, g, r);
-  for (std::int64_t e = threadIdx.x % 32; e < g.dim; e += 32) a[e] += p[e];
+  const std::int64_t o0 = row_offset(out, g, r);
+  for (std::int64_t e = (threadIdx.x % 32) * kVec; e < g.dim; e += 32 * kVec) {
+    Vec<kVec> v = load_f32<kVec>(a + e);
+    const Vec<kVec> q = load_f32<kVec>(p + e);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v.x[j] += q.x[j];
+    store_as<kVec>(out.data, out.dtype, o0 + e, v);
+  }
 }
 
 __global__ void __launch_bounds__(32 * kWarps)
@@ -93,10 +164,16 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 }
 
-__global__ void fill_kernel(float* data, std::int64_t n, float value) {
-  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x) {
-    data[i] = value;
+template <int kVec>
+__global__ void __launch_bounds__(32 * kWarps) fill_kernel(RowGrid g, RowView t, float value) {
+  const std::int64_t r = warp_row();
+  if (r >= g.rows) return;
+  const std::int64_t o0 = row_offset(t, g, r);
+  Vec<kVec> v;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) v.x[j] = value;
+  for (std::int64_t e = (threadIdx.x % 32) * kVec; e < g.dim; e += 32 * kVec) {
+    store_as<kVec>(t.data, t.dtype, o0 + e, v);
   }
 }
 
@@ -107,6 +184,20 @@ unsigned blocks_for(const RowGrid& g, const Tensor& t) {
                t.shape_str());
   }
   return unsigned(blocks);
+}
+
+// True when kernels of kVec = 4 may run on these [batch, n, heads, d] views: unit stride along d,
+// d % 4 == 0, and every row start 16-byte aligned for f32 (8-byte for 16-bit dtypes).
+bool rows_take_vec4(std::initializer_list<const Tensor*> views) {
+  for (const Tensor* t : views) {
+    const std::int64_t align = t->dtype() == DType::f32 ? 16 : 8;
+    if (t->stride(3) != 1 || t->size(3) % 4 != 0) return false;
+    if (reinterpret_cast<std::uintptr_t>(t->data()) % std::uintptr_t(align) != 0) return false;
+    for (int i = 0; i < 3; ++i) {
+      if (t->stride(i) % 4 != 0) return false;
+    }
+  }
+  return true;
 }
 
 cudaStream_t as_stream(void* stream) {
@@ -147,28 +238,33 @@ void ring_free(void* ptr, void* stream) {
 }
 
 void ring_fill(const Tensor& t, float value, void* stream) {
-  const std::int64_t n = t.numel();
-  if (n == 0) return;
-  const std::int64_t blocks = (n + 255) / 256;
-  fill_kernel<<<unsigned(blocks < 4096 ? blocks : 4096), 256, 0, as_stream(stream)>>>(
-      t.data_as<float>(), n, value);
+  const RowGrid g = grid_of(t);
+  if (g.rows == 0) return;
+  auto* const launch = rows_take_vec4({&t}) ? fill_kernel<4> : fill_kernel<1>;
+  launch<<<blocks_for(g, t), 32 * kWarps, 0, as_stream(stream)>>>(g, rows_view(t), value);
   check_launch("ring fill kernel");
 }
 
-void ring_merge_into(const Tensor& acc_o, const Tensor& acc_lse, const Tensor& part_o,
-                     const Tensor& part_lse, void* stream) {
+void ring_merge(const Tensor& acc_o, const Tensor& acc_lse, const Tensor& part_o,
+                const Tensor& part_lse, const Tensor& out_o, const Tensor& out_lse, void* stream) {
   const RowGrid g = grid_of(acc_o);
   if (g.rows == 0) return;
-  merge_into_kernel<<<blocks_for(g, acc_o), 32 * kWarps, 0, as_stream(stream)>>>(
-      g, rows_view(acc_o), rows_view(acc_lse), rows_view(part_o), rows_view(part_lse));
+  const bool in_place = out_o.data() == acc_o.data() && out_lse.data() == acc_lse.data();
+  const unsigned blocks = blocks_for(g, acc_o);
+  auto* const launch =
+      rows_take_vec4({&acc_o, &part_o, &out_o}) ? merge_kernel<4> : merge_kernel<1>;
+  launch<<<blocks, 32 * kWarps, 0, as_stream(stream)>>>(
+      g, rows_view(acc_o), rows_view(acc_lse), rows_view(part_o), rows_view(part_lse),
+      rows_view(out_o), rows_view(out_lse), in_place);
   check_launch("ring merge kernel");
 }
 
-void ring_add_into(const Tensor& acc, const Tensor& part, void* stream) {
+void ring_add(const Tensor& out, const Tensor& acc, const Tensor& part, void* stream) {
   const RowGrid g = grid_of(acc);
   if (g.rows == 0) return;
-  add_into_kernel<<<blocks_for(g, acc), 32 * kWarps, 0, as_stream(stream)>>>(g, rows_view(acc),
-                                                                             rows_view(part));
+  auto* const launch = rows_take_vec4({&out, &acc, &part}) ? add_kernel<4> : add_kernel<1>;
+  launch<<<blocks_for(g, acc), 32 * kWarps, 0, as_stream(stream)>>>(
+      g, rows_view(out), rows_view(acc), rows_view(part));
   check_launch("ring add kernel");
 }
 

@@ -16,17 +16,19 @@ namespace flashkit::cuda {
 void* ring_alloc(std::size_t bytes, void* stream);
 void ring_free(void* ptr, void* stream);
 
-// Every element of a contiguous f32 tensor set to `value`.
+// Every element of an f32 [batch, n, heads, d] view set to `value`.
 void ring_fill(const Tensor& t, float value, void* stream);
 
-// (acc_o, acc_lse) absorbs (part_o, part_lse): two states of the same query rows over disjoint
-// keys, f32 [batch, n, heads, d] and f32 [batch, heads, n] views (core::merge_weights). A part
-// row that saw no key (lse -inf) leaves the accumulator as it was, whatever its o holds.
-void ring_merge_into(const Tensor& acc_o, const Tensor& acc_lse, const Tensor& part_o,
-                     const Tensor& part_lse, void* stream);
+// (out_o, out_lse) = the merge of (acc_o, acc_lse) and (part_o, part_lse): two states of the same
+// query rows over disjoint keys (core::merge_weights), f32 [batch, n, heads, d] and f32 [batch,
+// heads, n] views; out_o in f32, f16 or bf16, and (out_o, out_lse) may be (acc_o, acc_lse). A
+// part row that saw no key (lse -inf) passes the accumulator's row on, whatever its o holds.
+void ring_merge(const Tensor& acc_o, const Tensor& acc_lse, const Tensor& part_o,
+                const Tensor& part_lse, const Tensor& out_o, const Tensor& out_lse, void* stream);
 
-// acc += part over f32 [batch, n, heads, d] views.
-void ring_add_into(const Tensor& acc, const Tensor& part, void* stream);
+// out = acc + part over [batch, n, heads, d] views: acc and part f32, out f32, f16 or bf16 (or
+// acc itself).
+void ring_add(const Tensor& out, const Tensor& acc, const Tensor& part, void* stream);
 
 // dst = src element by element, rounded to dst's dtype (f32, f16 or bf16): [batch, n, heads, d]
 // views, or [batch, heads, n] lse views.

@@ -175,31 +175,58 @@ Shard agree_on_problem(const RingProblem& p, LocalChecks&& local_checks) {
   return *s;
 }
 
-// The K/V shard a rank holds at a step, and the buffers the next step's shard arrives in.
+// The K/V shard a rank holds at a step: its own at step 0 (the caller's tensors, read in place
+// when contiguous, the form a shift sends), then the shard that arrived. Arrivals alternate
+// between two buffers, so the one being read is never the one being written: a ring of two ranks
+// fills one, a single rank none.
 class HeldShard {
  public:
-  HeldShard(const RingProblem& p, const Shard& s) {
-    for (const Tensor* from : {&p.k, &p.v}) {
-      for (auto* side : {&held_, &next_}) {
-        side->emplace_back(
-            p.q.device(), p.stream, from->dtype(),
-            std::initializer_list<std::int64_t>{s.batch, s.len, s.heads_kv, from->size(3)});
-      }
-      dist::copy_into(held_.back().view(), *from, p.stream);
+  HeldShard(const RingProblem& p, const Shard& s) : k_(p.k), v_(p.v), p_(p), s_(s) {
+    if (p.comm->size() > 1 && !(p.k.is_contiguous() && p.v.is_contiguous())) {
+      held_ = 0;
+      take(0);
+      dist::copy_into(k_, p.k, p.stream);
+      dist::copy_into(v_, p.v, p.stream);
     }
   }
-  const Tensor& k() const { return held_[0].view(); }
-  const Tensor& v() const { return held_[1].view(); }
-  // Queues the held shard's trip to the next rank, and the previous rank's into `next`.
+  const Tensor& k() const { return k_; }
+  const Tensor& v() const { return v_; }
+  // Queues the held shard's trip to the next rank, and the previous rank's into the free buffer.
   void send(RingCommunicator& comm, void* stream) {
-    for (std::size_t i = 0; i < held_.size(); ++i) {
-      comm.shift(held_[i].view(), next_[i].view(), stream);
-    }
+    next_ = held_ == 0 ? 1 : 0;
+    const Buffers& into = buffers(next_);
+    comm.shift(k_, into.k.view(), stream);
+    comm.shift(v_, into.v.view(), stream);
   }
-  void take_next() { std::swap(held_, next_); }
+  void take_next() {
+    held_ = next_;
+    take(held_);
+  }
 
  private:
-  std::vector<RingBuffer> held_, next_;  // k, v
+  struct Buffers {
+    RingBuffer k, v;
+  };
+  const Buffers& buffers(int i) {
+    while (int(buffers_.size()) <= i) {
+      auto make = [&](const Tensor& like) {
+        return RingBuffer(p_.q.device(), p_.stream, like.dtype(),
+                          {s_.batch, s_.len, s_.heads_kv, like.size(3)});
+      };
+      buffers_.push_back(Buffers{make(p_.k), make(p_.v)});
+    }
+    return buffers_[std::size_t(i)];
+  }
+  void take(int i) {
+    k_ = buffers(i).k.view();
+    v_ = buffers(i).v.view();
+  }
+
+  Tensor k_, v_;
+  const RingProblem& p_;
+  Shard s_;
+  std::vector<Buffers> buffers_;
+  int held_ = -1, next_ = -1;  // buffer indices; -1: the caller's tensors
 };
 
 // The global mask as seen by one chunk pair: query t of chunk q is global token q0 + t and key u
@@ -228,37 +255,49 @@ struct KeyRows {
   std::int64_t local_start, len;
 };
 
-// Calls visit(q chunk, key rows, mask) for the attention calls of this rank's queries against the
-// shard it holds at `step`: one per chunk pair that the mask lets meet, except that chunks next to
-// each other in the shard that a query chunk sees whole are one call (zigzag's late chunk sees
-// both chunks of every shard from the ranks after it: one call of L keys instead of two calls
-// and two merges).
-template <class Visit>
-void for_each_call(const RingProblem& p, const Shard& s, const core::MaskRule& rule, int step,
-                   Visit&& visit) {
+// One attention call of a step: a query chunk against rows of the held shard, under `mask`.
+struct PairCall {
+  Chunk q;
+  KeyRows keys;
+  Mask mask;
+};
+
+// The attention calls of this rank's queries against the shard it holds at each step: one per
+// chunk pair that the mask lets meet, except that chunks next to each other in the shard that a
+// query chunk sees whole are one call (zigzag's late chunk sees both chunks of every shard from
+// the ranks after it: one call of L keys instead of two calls and two merges). Every query sees
+// its own key (a key band always holds the diagonal), so each query chunk of a non-empty shard
+// has at least one call.
+std::vector<std::vector<PairCall>> plan_calls(const RingProblem& p, const Shard& s,
+                                              const core::MaskRule& rule) {
   const int ranks = p.comm->size(), rank = p.comm->rank();
-  const int source = (rank - step + ranks) % ranks;  // whose shard this rank holds
   const std::int64_t total = s.len * ranks;
   const bool alibi = p.mask.alibi_slopes.defined();
-  for (const Chunk& qc : dist::shard_chunks(p.layout, ranks, rank, s.len)) {
-    std::optional<KeyRows> whole;  // seen whole, not yet visited
-    for (const Chunk& kc : dist::shard_chunks(p.layout, ranks, source, s.len)) {
-      if (!dist::chunks_meet(rule, qc, kc, total)) continue;
-      const bool everything = dist::pair_sees_everything(rule, alibi, qc, kc, total);
-      if (everything && whole && whole->local_start + whole->len == kc.local_start) {
-        whole->len += kc.len;
-        continue;
+  std::vector<std::vector<PairCall>> plan(static_cast<std::size_t>(ranks));
+  for (int step = 0; step < ranks; ++step) {
+    const int source = (rank - step + ranks) % ranks;  // whose shard this rank holds
+    std::vector<PairCall>& calls = plan[std::size_t(step)];
+    for (const Chunk& qc : dist::shard_chunks(p.layout, ranks, rank, s.len)) {
+      std::optional<KeyRows> whole;  // seen whole, not yet planned
+      for (const Chunk& kc : dist::shard_chunks(p.layout, ranks, source, s.len)) {
+        if (!dist::chunks_meet(rule, qc, kc, total)) continue;
+        const bool everything = dist::pair_sees_everything(rule, alibi, qc, kc, total);
+        if (everything && whole && whole->local_start + whole->len == kc.local_start) {
+          whole->len += kc.len;
+          continue;
+        }
+        if (whole) calls.push_back({qc, *whole, unmasked(p)});
+        whole.reset();
+        if (everything) {
+          whole = KeyRows{kc.local_start, kc.len};
+        } else {
+          calls.push_back({qc, KeyRows{kc.local_start, kc.len}, chunk_mask(p, qc, kc)});
+        }
       }
-      if (whole) visit(qc, *whole, unmasked(p));
-      whole.reset();
-      if (everything) {
-        whole = KeyRows{kc.local_start, kc.len};
-      } else {
-        visit(qc, KeyRows{kc.local_start, kc.len}, chunk_mask(p, qc, kc));
-      }
+      if (whole) calls.push_back({qc, *whole, unmasked(p)});
     }
-    if (whole) visit(qc, *whole, unmasked(p));
   }
+  return plan;
 }
 
 // Rows in a query chunk: half the shard with zigzag, all of it otherwise.
@@ -277,48 +316,85 @@ void aborting_ring_on_error(RingCommunicator* comm, Body&& body) {
   }
 }
 
+// Index of a chunk of the shard (0, or 0 and 1 with zigzag) from its first row.
+std::size_t chunk_index(std::int64_t local_start, std::int64_t chunk) {
+  return std::size_t(local_start / chunk);
+}
+
+// How many calls each query chunk takes over the whole ring.
+std::vector<int> calls_per_query_chunk(const std::vector<std::vector<PairCall>>& plan,
+                                       std::int64_t chunk) {
+  std::vector<int> calls(2, 0);
+  for (const auto& step : plan) {
+    for (const PairCall& c : step) ++calls[chunk_index(c.q.local_start, chunk)];
+  }
+  return calls;
+}
+
+// A query chunk's first call writes its f32 state in place, each later one merges into it, and
+// the last merge (or an only call) writes the caller's out and lse: no state to clear first and
+// no copy at the end.
 void run_forward(const RingAttentionArgs& a, const Shard& s, const core::MaskRule& rule) {
   const Device dev = a.q.device();
   const std::int64_t chunk = chunk_rows(a, s);
+  const auto plan = plan_calls(a, s, rule);
+  const std::vector<int> calls = calls_per_query_chunk(plan, chunk);
+  const bool merges = *std::max_element(calls.begin(), calls.end()) > 1;
   HeldShard held(a, s);
-  RingBuffer acc_o(dev, a.stream, DType::f32, {s.batch, s.len, s.heads_q, s.dim_v});
-  RingBuffer acc_lse(dev, a.stream, DType::f32, {s.batch, s.heads_q, s.len});
-  RingBuffer part_o(dev, a.stream, DType::f32, {s.batch, chunk, s.heads_q, s.dim_v});
-  RingBuffer part_lse(dev, a.stream, DType::f32, {s.batch, s.heads_q, chunk});
-  dist::fill(acc_o.view(), 0.0f, a.stream);  // weighed by 0 until a key is seen, so not NaN
-  dist::fill(acc_lse.view(), -std::numeric_limits<float>::infinity(), a.stream);
+  std::optional<RingBuffer> acc_o, acc_lse, part_o, part_lse;
+  if (merges) {
+    acc_o.emplace(dev, a.stream, DType::f32,
+                  std::initializer_list<std::int64_t>{s.batch, s.len, s.heads_q, s.dim_v});
+    acc_lse.emplace(dev, a.stream, DType::f32,
+                    std::initializer_list<std::int64_t>{s.batch, s.heads_q, s.len});
+    part_o.emplace(dev, a.stream, DType::f32,
+                   std::initializer_list<std::int64_t>{s.batch, chunk, s.heads_q, s.dim_v});
+    part_lse.emplace(dev, a.stream, DType::f32,
+                     std::initializer_list<std::int64_t>{s.batch, s.heads_q, chunk});
+  }
   dist::RingStreams streams(a);  // after the buffers: it joins the streams before they are freed
 
+  std::vector<int> done(calls.size(), 0);
   const int ranks = a.comm->size();
   for (int step = 0; step < ranks; ++step) {
     const bool more = step + 1 < ranks;
     if (more) {
-      streams.comm_waits_main();  // `next` was the held shard of the step before
+      streams.comm_waits_main();  // the buffer it fills was read by the step before
       held.send(*a.comm, streams.comm());
       streams.mark(Arrival::kv);
     }
-    for_each_call(a, s, rule, step, [&](const Chunk& qc, const KeyRows& kc, const Mask& m) {
+    for (const PairCall& c : plan[std::size_t(step)]) {
+      const std::size_t qi = chunk_index(c.q.local_start, chunk);
+      const int n = ++done[qi];
+      const Tensor out = rows_of(a.out, c.q.local_start, c.q.len);
+      const Tensor lse = lse_columns(a.lse, c.q.local_start, c.q.len);
       AttentionArgs p;
-      p.q = rows_of(a.q, qc.local_start, qc.len);
-      p.k = rows_of(held.k(), kc.local_start, kc.len);
-      p.v = rows_of(held.v(), kc.local_start, kc.len);
+      p.q = rows_of(a.q, c.q.local_start, c.q.len);
+      p.k = rows_of(held.k(), c.keys.local_start, c.keys.len);
+      p.v = rows_of(held.v(), c.keys.local_start, c.keys.len);
       p.softmax_scale = a.softmax_scale;
-      p.mask = m;
+      p.mask = c.mask;
       p.stream = a.stream;
-      p.out = rows_of(part_o.view(), 0, qc.len);
-      p.lse = lse_columns(part_lse.view(), 0, qc.len);
+      if (calls[qi] == 1) {
+        p.out = out;
+        p.lse = lse;
+        attention_forward(p);
+        continue;
+      }
+      const Tensor acc = rows_of(acc_o->view(), c.q.local_start, c.q.len);
+      const Tensor acc_l = lse_columns(acc_lse->view(), c.q.local_start, c.q.len);
+      p.out = n == 1 ? acc : rows_of(part_o->view(), 0, c.q.len);
+      p.lse = n == 1 ? acc_l : lse_columns(part_lse->view(), 0, c.q.len);
       attention_forward(p);
-      dist::merge_partial(rows_of(acc_o.view(), qc.local_start, qc.len),
-                          lse_columns(acc_lse.view(), qc.local_start, qc.len), p.out, p.lse,
-                          a.stream);
-    });
+      if (n == 1) continue;
+      const bool last = n == calls[qi];
+      dist::merge_partial(acc, acc_l, p.out, p.lse, last ? out : acc, last ? lse : acc_l, a.stream);
+    }
     if (more) {
       streams.main_waits(Arrival::kv);
       held.take_next();
     }
   }
-  dist::copy_into(a.out, acc_o.view(), a.stream);
-  dist::copy_into(a.lse, acc_lse.view(), a.stream);
 }
 
 // The backward's dK / dV accumulators. The one of the shard a rank computes with at step t arrives
@@ -339,18 +415,15 @@ class GradRing {
                             std::initializer_list<std::int64_t>{s.batch, s.len, s.heads_kv, dim});
     }
   }
-  // This step's dK and dV of the held shard, zeroed.
+  // This step's dK and dV of the held shard.
   const Tensor& dk(int step) const { return step_[step % 2][0].view(); }
   const Tensor& dv(int step) const { return step_[step % 2][1].view(); }
-  void start(int step, void* stream) {
-    for (const RingBuffer& b : step_[step % 2]) dist::fill(b.view(), 0.0f, stream);
-  }
   // Adds the accumulator that arrived (none at step 0) into this step's part.
   void add_arrived(int step, void* stream) {
     if (step == 0) return;
     for (int i = 0; i < 2; ++i) {
-      dist::add_into(step_[step % 2][std::size_t(i)].view(), arrived_[std::size_t(i)].view(),
-                     stream);
+      const Tensor& part = step_[step % 2][std::size_t(i)].view();
+      dist::add_into(part, part, arrived_[std::size_t(i)].view(), stream);
     }
   }
   // Queues this step's sum to the next rank; the previous rank's lands in `arrived`.
@@ -366,18 +439,86 @@ class GradRing {
   std::vector<RingBuffer> step_[2], arrived_;  // dk, dv each
 };
 
+// Which key chunks of this step's dK / dV part a call has written: a call whose keys are all
+// unwritten writes its gradients there in place; one that overlaps written keys writes a scratch
+// part that is added (its unwritten chunks cleared first); chunks no call wrote are cleared
+// before the part is summed and sent.
+class KeyChunksWritten {
+ public:
+  KeyChunksWritten(std::int64_t chunk, std::size_t chunks) : chunk_(chunk), written_(chunks) {}
+  void reset() { std::fill(written_.begin(), written_.end(), false); }
+  bool any(const KeyRows& k) const {
+    for (std::size_t i = first(k); i <= last(k); ++i) {
+      if (written_[i]) return true;
+    }
+    return false;
+  }
+  // Calls clear(rows) for the unwritten chunks among k's (every chunk when k is null), then marks
+  // them written.
+  template <class Clear>
+  void clear_unwritten(const KeyRows* k, Clear&& clear) {
+    const std::size_t lo = k ? first(*k) : 0, hi = k ? last(*k) : written_.size() - 1;
+    for (std::size_t i = lo; i <= hi && i < written_.size(); ++i) {
+      if (!written_[i]) clear(KeyRows{std::int64_t(i) * chunk_, chunk_});
+      written_[i] = true;
+    }
+  }
+  void mark(const KeyRows& k) {
+    for (std::size_t i = first(k); i <= last(k); ++i) written_[i] = true;
+  }
+
+ private:
+  std::size_t first(const KeyRows& k) const { return std::size_t(k.local_start / chunk_); }
+  std::size_t last(const KeyRows& k) const {
+    return std::size_t((k.local_start + k.len - 1) / chunk_);
+  }
+  std::int64_t chunk_;
+  std::vector<bool> written_;
+};
+
+// True when some step has a call whose keys an earlier call of the step wrote.
+bool calls_share_keys(const std::vector<std::vector<PairCall>>& plan, std::int64_t chunk,
+                      std::size_t chunks) {
+  KeyChunksWritten written(chunk, chunks);
+  for (const auto& step : plan) {
+    written.reset();
+    for (const PairCall& c : step) {
+      if (written.any(c.keys)) return true;
+      written.mark(c.keys);
+    }
+  }
+  return false;
+}
+
+// dQ like the forward's state: a query chunk's first call writes its f32 sum in place, later
+// ones add into it, and the last add (or an only call) writes the caller's dq.
 void run_backward(const RingBackwardArgs& a, const Shard& s, const core::MaskRule& rule) {
   const Device dev = a.q.device();
   const std::int64_t chunk = chunk_rows(a, s);
+  const auto plan = plan_calls(a, s, rule);
+  const std::vector<int> calls = calls_per_query_chunk(plan, chunk);
+  const bool sums = *std::max_element(calls.begin(), calls.end()) > 1;
   HeldShard held(a, s);
   GradRing grads(a, s);
-  RingBuffer dq_acc(dev, a.stream, DType::f32, {s.batch, s.len, s.heads_q, s.dim});
-  RingBuffer dq_part(dev, a.stream, DType::f32, {s.batch, chunk, s.heads_q, s.dim});
-  RingBuffer dk_part(dev, a.stream, DType::f32, {s.batch, s.len, s.heads_kv, s.dim});    // a call's
-  RingBuffer dv_part(dev, a.stream, DType::f32, {s.batch, s.len, s.heads_kv, s.dim_v});  // keys
-  dist::fill(dq_acc.view(), 0.0f, a.stream);
+  std::optional<RingBuffer> dq_acc, dq_part;
+  if (sums) {
+    dq_acc.emplace(dev, a.stream, DType::f32,
+                   std::initializer_list<std::int64_t>{s.batch, s.len, s.heads_q, s.dim});
+    dq_part.emplace(dev, a.stream, DType::f32,
+                    std::initializer_list<std::int64_t>{s.batch, chunk, s.heads_q, s.dim});
+  }
+  const std::size_t key_chunks = s.len > 0 ? std::size_t(s.len / chunk) : 0;
+  std::optional<RingBuffer> dk_part, dv_part;  // a call's keys
+  if (calls_share_keys(plan, chunk, key_chunks)) {
+    dk_part.emplace(dev, a.stream, DType::f32,
+                    std::initializer_list<std::int64_t>{s.batch, s.len, s.heads_kv, s.dim});
+    dv_part.emplace(dev, a.stream, DType::f32,
+                    std::initializer_list<std::int64_t>{s.batch, s.len, s.heads_kv, s.dim_v});
+  }
   dist::RingStreams streams(a);  // after the buffers: it joins the streams before they are freed
 
+  KeyChunksWritten written(chunk, key_chunks);
+  std::vector<int> done(calls.size(), 0);
   const int ranks = a.comm->size();
   for (int step = 0; step < ranks; ++step) {
     const bool more = step + 1 < ranks;
@@ -386,27 +527,48 @@ void run_backward(const RingBackwardArgs& a, const Shard& s, const core::MaskRul
       held.send(*a.comm, streams.comm());
       streams.mark(Arrival::kv);
     }
-    grads.start(step, a.stream);
-    for_each_call(a, s, rule, step, [&](const Chunk& qc, const KeyRows& kc, const Mask& m) {
+    const Tensor& dk_sum = grads.dk(step);
+    const Tensor& dv_sum = grads.dv(step);
+    auto clear = [&](const KeyRows& k) {
+      dist::fill(rows_of(dk_sum, k.local_start, k.len), 0.0f, a.stream);
+      dist::fill(rows_of(dv_sum, k.local_start, k.len), 0.0f, a.stream);
+    };
+    written.reset();
+    for (const PairCall& c : plan[std::size_t(step)]) {
+      const std::size_t qi = chunk_index(c.q.local_start, chunk);
+      const int n = ++done[qi];
+      const Tensor dq = rows_of(a.dq, c.q.local_start, c.q.len);
+      const Tensor dk_rows = rows_of(dk_sum, c.keys.local_start, c.keys.len);
+      const Tensor dv_rows = rows_of(dv_sum, c.keys.local_start, c.keys.len);
+      const bool keys_fresh = !written.any(c.keys);
       BackwardArgs p;
-      p.q = rows_of(a.q, qc.local_start, qc.len);
-      p.k = rows_of(held.k(), kc.local_start, kc.len);
-      p.v = rows_of(held.v(), kc.local_start, kc.len);
+      p.q = rows_of(a.q, c.q.local_start, c.q.len);
+      p.k = rows_of(held.k(), c.keys.local_start, c.keys.len);
+      p.v = rows_of(held.v(), c.keys.local_start, c.keys.len);
       p.softmax_scale = a.softmax_scale;
-      p.mask = m;
+      p.mask = c.mask;
       p.deterministic = a.deterministic;
       p.stream = a.stream;
-      p.out = rows_of(a.out, qc.local_start, qc.len);
-      p.lse = lse_columns(a.lse, qc.local_start, qc.len);
-      p.dout = rows_of(a.dout, qc.local_start, qc.len);
-      p.dq = rows_of(dq_part.view(), 0, qc.len);
-      p.dk = rows_of(dk_part.view(), 0, kc.len);
-      p.dv = rows_of(dv_part.view(), 0, kc.len);
+      p.out = rows_of(a.out, c.q.local_start, c.q.len);
+      p.lse = lse_columns(a.lse, c.q.local_start, c.q.len);
+      p.dout = rows_of(a.dout, c.q.local_start, c.q.len);
+      const Tensor dq_in_place =
+          calls[qi] == 1 ? dq : rows_of(dq_acc->view(), c.q.local_start, c.q.len);
+      p.dq = n == 1 ? dq_in_place : rows_of(dq_part->view(), 0, c.q.len);
+      p.dk = keys_fresh ? dk_rows : rows_of(dk_part->view(), 0, c.keys.len);
+      p.dv = keys_fresh ? dv_rows : rows_of(dv_part->view(), 0, c.keys.len);
+      if (!keys_fresh) written.clear_unwritten(&c.keys, clear);
+      written.mark(c.keys);
       attention_backward(p);
-      dist::add_into(rows_of(dq_acc.view(), qc.local_start, qc.len), p.dq, a.stream);
-      dist::add_into(rows_of(grads.dk(step), kc.local_start, kc.len), p.dk, a.stream);
-      dist::add_into(rows_of(grads.dv(step), kc.local_start, kc.len), p.dv, a.stream);
-    });
+      if (n > 1) {
+        dist::add_into(n == calls[qi] ? dq : dq_in_place, dq_in_place, p.dq, a.stream);
+      }
+      if (!keys_fresh) {
+        dist::add_into(dk_rows, dk_rows, p.dk, a.stream);
+        dist::add_into(dv_rows, dv_rows, p.dv, a.stream);
+      }
+    }
+    written.clear_unwritten(nullptr, clear);
     if (step > 0) streams.main_waits(Arrival::grads);
     grads.add_arrived(step, a.stream);
     // The sum moves on every step, the last one taking it home (to rank + 1, whose shard this
@@ -420,7 +582,6 @@ void run_backward(const RingBackwardArgs& a, const Shard& s, const core::MaskRul
     }
   }
   streams.main_waits(Arrival::grads);
-  dist::copy_into(a.dq, dq_acc.view(), a.stream);
   dist::copy_into(a.dk, grads.arrived_dk(), a.stream);
   dist::copy_into(a.dv, grads.arrived_dv(), a.stream);
 }

@@ -58,15 +58,18 @@ class RingBuffer {
 };
 
 // The loops between attention calls, on the tensors' device (CUDA: queued on `stream`).
-// (acc_o, acc_lse) absorbs (part_o, part_lse), both states of the same query rows over disjoint
-// keys (core::merge_weights): f32 [batch, n, heads, d] and [batch, heads, n] views.
+// (out_o, out_lse) = the merge of (acc_o, acc_lse) and (part_o, part_lse), two states of the same
+// query rows over disjoint keys (core::merge_weights): f32 [batch, n, heads, d] and [batch, heads,
+// n] views; out_o in any float dtype (rounded), and out may be acc itself.
 void merge_partial(const Tensor& acc_o, const Tensor& acc_lse, const Tensor& part_o,
-                   const Tensor& part_lse, void* stream);
-// acc += part, f32 [batch, n, heads, d] views.
-void add_into(const Tensor& acc, const Tensor& part, void* stream);
+                   const Tensor& part_lse, const Tensor& out_o, const Tensor& out_lse,
+                   void* stream);
+// out = acc + part: f32 acc and part [batch, n, heads, d] views, out in any float dtype (rounded)
+// or acc itself.
+void add_into(const Tensor& out, const Tensor& acc, const Tensor& part, void* stream);
 // dst = src element by element (rank 3 or 4, any float dtypes, rounded to dst's).
 void copy_into(const Tensor& dst, const Tensor& src, void* stream);
-// Every element of a contiguous f32 tensor set to `value`.
+// Every element of an f32 [batch, n, heads, d] view set to `value`.
 void fill(const Tensor& t, float value, void* stream);
 
 }  // namespace flashkit::dist

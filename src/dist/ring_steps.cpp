@@ -36,46 +36,53 @@ Tensor lse_columns(const Tensor& lse, std::int64_t start, std::int64_t len) {
 }
 
 void merge_partial(const Tensor& acc_o, const Tensor& acc_lse, const Tensor& part_o,
-                   const Tensor& part_lse, void* stream) {
+                   const Tensor& part_lse, const Tensor& out_o, const Tensor& out_lse,
+                   void* stream) {
 #if FLASHKIT_HAVE_CUDA
   if (acc_o.device().is_cuda())
-    return cuda::ring_merge_into(acc_o, acc_lse, part_o, part_lse, stream);
+    return cuda::ring_merge(acc_o, acc_lse, part_o, part_lse, out_o, out_lse, stream);
 #endif
   (void)stream;
-  auto* ao = acc_o.data_as<float>();
-  auto* al = acc_lse.data_as<float>();
+  const auto* ao = acc_o.data_as<const float>();
+  const auto* al = acc_lse.data_as<const float>();
   const auto* po = part_o.data_as<const float>();
   const auto* pl = part_lse.data_as<const float>();
+  auto* ol = out_lse.data_as<float>();
+  auto lse_at = [](const Tensor& t, std::int64_t b, std::int64_t i, std::int64_t h) {
+    return b * t.stride(0) + h * t.stride(1) + i * t.stride(2);
+  };
   for (std::int64_t b = 0; b < acc_o.size(0); ++b) {
     for (std::int64_t i = 0; i < acc_o.size(1); ++i) {
       for (std::int64_t h = 0; h < acc_o.size(2); ++h) {
-        float& lse = al[b * acc_lse.stride(0) + h * acc_lse.stride(1) + i * acc_lse.stride(2)];
-        const float part =
-            pl[b * part_lse.stride(0) + h * part_lse.stride(1) + i * part_lse.stride(2)];
-        const auto w = core::merge_weights(double(lse), double(part));
-        if (w.w_b == 0.0) continue;  // the part saw no key: its o may hold anything
+        const auto w = core::merge_weights(double(al[lse_at(acc_lse, b, i, h)]),
+                                           double(pl[lse_at(part_lse, b, i, h)]));
+        const bool part_seen = w.w_b != 0.0;  // else its o may hold anything: not read
         for (std::int64_t e = 0; e < acc_o.size(3); ++e) {
-          float& o = ao[at(acc_o, b, i, h, e)];
-          o = float(w.w_a * double(o) + w.w_b * double(po[at(part_o, b, i, h, e)]));
+          double o = ao[at(acc_o, b, i, h, e)];
+          if (part_seen) o = w.w_a * o + w.w_b * double(po[at(part_o, b, i, h, e)]);
+          core::store_from_double(out_o.data(), out_o.dtype(), at(out_o, b, i, h, e), o);
         }
-        lse = float(w.lse);
+        // Written after the row's o: in place, out's lse is acc's.
+        ol[lse_at(out_lse, b, i, h)] = part_seen ? float(w.lse) : al[lse_at(acc_lse, b, i, h)];
       }
     }
   }
 }
 
-void add_into(const Tensor& acc, const Tensor& part, void* stream) {
+void add_into(const Tensor& out, const Tensor& acc, const Tensor& part, void* stream) {
 #if FLASHKIT_HAVE_CUDA
-  if (acc.device().is_cuda()) return cuda::ring_add_into(acc, part, stream);
+  if (acc.device().is_cuda()) return cuda::ring_add(out, acc, part, stream);
 #endif
   (void)stream;
-  auto* a = acc.data_as<float>();
+  const auto* a = acc.data_as<const float>();
   const auto* p = part.data_as<const float>();
   for (std::int64_t b = 0; b < acc.size(0); ++b) {
     for (std::int64_t i = 0; i < acc.size(1); ++i) {
       for (std::int64_t h = 0; h < acc.size(2); ++h) {
-        for (std::int64_t e = 0; e < acc.size(3); ++e)
-          a[at(acc, b, i, h, e)] += p[at(part, b, i, h, e)];
+        for (std::int64_t e = 0; e < acc.size(3); ++e) {
+          const double sum = double(a[at(acc, b, i, h, e)]) + double(p[at(part, b, i, h, e)]);
+          core::store_from_double(out.data(), out.dtype(), at(out, b, i, h, e), sum);
+        }
       }
     }
   }
@@ -110,7 +117,13 @@ void fill(const Tensor& t, float value, void* stream) {
 #endif
   (void)stream;
   auto* x = t.data_as<float>();
-  std::fill(x, x + t.numel(), value);
+  for (std::int64_t b = 0; b < t.size(0); ++b) {
+    for (std::int64_t i = 0; i < t.size(1); ++i) {
+      for (std::int64_t h = 0; h < t.size(2); ++h) {
+        for (std::int64_t e = 0; e < t.size(3); ++e) x[at(t, b, i, h, e)] = value;
+      }
+    }
+  }
 }
 
 }  // namespace flashkit::dist
