@@ -130,14 +130,16 @@ __device__ __forceinline__ void fwd_mainloop(const FwdParams& p, const FwdTile& 
   ctx.mods = p.has_score_mods();
 
   int n = range.first();
-  kv.template copy_q<typename T::QTile, T::kThreads>(q_tile, p, tile, q);
-  kv.template copy_k<typename T::KvTile, T::kThreads>(k_tile, n * T::kBlockN, keys_left(n));
+  kv.template copy_q<typename T::QTile, T::kThreads, T::kCopySharedBase>(q_tile, p, tile, q);
+  kv.template copy_k<typename T::KvTile, T::kThreads, T::kCopySharedBase>(k_tile, n * T::kBlockN,
+                                                                          keys_left(n));
   ptx::cp_async_commit();
   while (n >= 0) {
     const int next = range.next(n);
     ptx::cp_async_wait<0>();
     __syncthreads();  // K_n (and Q) visible; every warp is past P V of the previous block
-    kv.template copy_v<typename T::KvTile, T::kThreads>(v_tile, n * T::kBlockN, keys_left(n));
+    kv.template copy_v<typename T::KvTile, T::kThreads, T::kCopySharedBase>(v_tile, n * T::kBlockN,
+                                                                            keys_left(n));
     ptx::cp_async_commit();
 
     ScoreBlock<T> s;
@@ -150,8 +152,8 @@ __device__ __forceinline__ void fwd_mainloop(const FwdParams& p, const FwdTile& 
     ptx::cp_async_wait<0>();
     __syncthreads();  // V_n visible; every warp is done reading K_n
     if (next >= 0) {
-      kv.template copy_k<typename T::KvTile, T::kThreads>(k_tile, next * T::kBlockN,
-                                                          keys_left(next));
+      kv.template copy_k<typename T::KvTile, T::kThreads, T::kCopySharedBase>(
+          k_tile, next * T::kBlockN, keys_left(next));
       ptx::cp_async_commit();
     }
     gemm_pv<T>(acc, s, v_tile, v_lane);

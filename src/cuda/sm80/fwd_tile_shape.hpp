@@ -71,6 +71,12 @@ struct FwdTraits {
   // The mask's per-row forms (fwd_softmax.cuh, apply_mask): d = 64 causal N 1k +1.7 %, d = 128
   // and 256 flat (docs/kernels/sm90_fwd.md, v35).
   static constexpr bool kMaskRowForms = true;
+  // copy_tile_async's one shared base per thread (smem_copy.cuh): d = 64 lost its 76 / 72 B of
+  // spills with it and d = 256 +3-9 % (with kFragsAhead), but at d = 128 ptxas spilled softmax
+  // values in its place (40 / 56 -> 68 / 52 B) and took back the +3.5-5.9 % the mask's block
+  // test gave at N 512 / 1k (docs/kernels/sm80_fwd.md, v9-v12 measured), so d = 128 computes
+  // each unit's address.
+  static constexpr bool kCopySharedBase = kHeadDim != 128;
   using QTile = ptx::SwizzledTile<kBlockM, kD / 8>;
   using KvTile = ptx::SwizzledTile<kBlockN, kD / 8>;
   static constexpr int kSmemBytes = QTile::kBytes + 2 * KvTile::kBytes;

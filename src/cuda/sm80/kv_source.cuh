@@ -65,20 +65,21 @@ class ContiguousKv {
 
   // Issues the copy of keys [key0, key0 + Tile rows) of K (or V); rows >= valid become zeros.
   // The tile's query rows: q points at its first row.
-  template <class Tile, int kThreads, class Elem2>
+  // kSharedBase: copy_tile_async's shared addressing (FwdTraits::kCopySharedBase).
+  template <class Tile, int kThreads, bool kSharedBase, class Elem2>
   __device__ __forceinline__ void copy_q(std::uint32_t smem, const FwdParams& p,
                                          const FwdTile& tile, const Elem2* q) const {
-    copy_tile_async<Tile, kThreads>(smem, q, p.q_layout.token_stride,
-                                    tile.row_end - tile.row_begin);
+    copy_tile_async<Tile, kThreads, kSharedBase>(smem, q, p.q_layout.token_stride,
+                                                 tile.row_end - tile.row_begin);
   }
 
-  template <class Tile, int kThreads>
+  template <class Tile, int kThreads, bool kSharedBase>
   __device__ __forceinline__ void copy_k(std::uint32_t smem, int key0, int valid) const {
-    copy_tile_async<Tile, kThreads>(smem, k_ + key0 * k_stride_, k_stride_, valid);
+    copy_tile_async<Tile, kThreads, kSharedBase>(smem, k_ + key0 * k_stride_, k_stride_, valid);
   }
-  template <class Tile, int kThreads>
+  template <class Tile, int kThreads, bool kSharedBase>
   __device__ __forceinline__ void copy_v(std::uint32_t smem, int key0, int valid) const {
-    copy_tile_async<Tile, kThreads>(smem, v_ + key0 * v_stride_, v_stride_, valid);
+    copy_tile_async<Tile, kThreads, kSharedBase>(smem, v_ + key0 * v_stride_, v_stride_, valid);
   }
 
  private:
@@ -121,7 +122,8 @@ class PagedKv {
     return *this;
   }
 
-  template <class Tile, int kThreads, class Elem2>
+  // Paged rows are addressed one by one through the block table, so kSharedBase does not apply.
+  template <class Tile, int kThreads, bool kSharedBase, class Elem2>
   __device__ __forceinline__ void copy_q(std::uint32_t smem, const FwdParams& p,
                                          const FwdTile& tile, const Elem2*) const {
     constexpr int kPerThread = Tile::kUnitsTotal / kThreads;
@@ -142,11 +144,11 @@ class PagedKv {
                                 tile.head * q_pack_ + row % q_pack_);
   }
 
-  template <class Tile, int kThreads>
+  template <class Tile, int kThreads, bool kSharedBase>
   __device__ __forceinline__ void copy_k(std::uint32_t smem, int key0, int valid) const {
     copy<Tile, kThreads>(smem, k_, k_page_, k_slot_, key0, valid);
   }
-  template <class Tile, int kThreads>
+  template <class Tile, int kThreads, bool kSharedBase>
   __device__ __forceinline__ void copy_v(std::uint32_t smem, int key0, int valid) const {
     copy<Tile, kThreads>(smem, v_, v_page_, v_slot_, key0, valid);
   }

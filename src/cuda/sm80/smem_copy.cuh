@@ -13,7 +13,9 @@ namespace flashkit::cuda::sm80 {
 
 // Issues (does not commit) the copy of rows [0, valid_rows) of a [Tile rows x Tile units] tile
 // whose row r starts at gmem + r * row_stride (elements); rows >= valid_rows become zeros.
-template <class Tile, int kThreads, class Elem>
+// kSharedBase: one shared address per thread plus compile-time offsets (below); off, each unit's
+// address is computed where it is used.
+template <class Tile, int kThreads, bool kSharedBase = true, class Elem>
 __device__ __forceinline__ void copy_tile_async(std::uint32_t smem, const Elem* gmem,
                                                 std::int64_t row_stride, int valid_rows) {
   constexpr int kPerThread = Tile::kUnitsTotal / kThreads;
@@ -33,7 +35,7 @@ __device__ __forceinline__ void copy_tile_async(std::uint32_t smem, const Elem* 
     // 64 backward reloaded 6 a step).
     const std::uint32_t dst = smem + Tile::byte_offset(r, u);
     auto unit_dst = [&](int pass, int strip) {
-      if constexpr (kPassRows % 16 == 0) {
+      if constexpr (kSharedBase && kPassRows % 16 == 0) {
         return dst + Tile::fixed_offset(pass * kPassRows, strip * kS);
       } else {
         return smem + Tile::byte_offset(pass * kPassRows + r, strip * kS + u);
