@@ -21,6 +21,7 @@ rank (nccl_ring) has no such limit.
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 
@@ -30,11 +31,31 @@ from ._arrays import expect_ndim
 RingComm = _flashkit.RingComm
 _LAYOUTS = ("zigzag", "contiguous")
 
+# Every communicator this module made, by id: the torch custom ops (_ring_torch.py) take that key,
+# as an op cannot take the object. Weak values, so an entry goes with its communicator.
+_comms: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _registered(comms: list) -> list:
+    for comm in comms:
+        _comms[id(comm)] = comm
+    return comms
+
+
+def _comm(key: int) -> RingComm:
+    comm = _comms.get(key)
+    if comm is None:
+        raise ValueError(
+            "comm: expected a communicator made by flashkit.in_process_ring or flashkit.nccl_ring"
+            " that is still alive, got none under this key"
+        )
+    return comm
+
 
 def in_process_ring(ranks: int) -> list:
     """`ranks` communicators of one ring whose ranks are threads of this process (the ring
     attention calls release the GIL while they wait for each other)."""
-    return _flashkit.in_process_ring(int(ranks))
+    return _registered(_flashkit.in_process_ring(int(ranks)))
 
 
 def nccl_ring(group=None) -> RingComm:
@@ -47,7 +68,7 @@ def nccl_ring(group=None) -> RingComm:
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     box = [_flashkit.nccl_ring_id() if rank == 0 else None]
     dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0) if group else 0, group=group)
-    return _flashkit.nccl_ring(box[0], size, rank)
+    return _registered([_flashkit.nccl_ring(box[0], size, rank)])[0]
 
 
 def ring_positions(ranks: int, rank: int, local_seqlen: int, layout: str = "zigzag") -> np.ndarray:
@@ -64,22 +85,40 @@ def _check_layout(layout):
         raise ValueError(f"layout: expected one of {_LAYOUTS}, got {layout!r}")
 
 
-def _options(
+def _settings(
     comm, *, softmax_scale, causal, window_size, softcap, prefix_len, layout, deterministic
 ):
+    """The call's settings as plain values in RingOptions' order, checked: what the custom ops
+    take (torch.compile traces this, so it makes no extension object)."""
     if not isinstance(comm, RingComm):
         raise TypeError(f"comm: expected a flashkit.RingComm, got {type(comm).__name__}")
     _check_layout(layout)
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise ValueError(f"window_size: expected a pair (left, right), got {window_size!r}")
+    return (
+        None if softmax_scale is None else float(softmax_scale),
+        bool(causal),
+        int(window_size[0]),
+        int(window_size[1]),
+        0.0 if softcap is None else float(softcap),
+        int(prefix_len),
+        layout,
+        bool(deterministic),
+    )
+
+
+def _options(settings) -> _flashkit.RingOptions:
     o = _flashkit.RingOptions()
-    o.softmax_scale = None if softmax_scale is None else float(softmax_scale)
-    o.causal = bool(causal)
-    o.window_left, o.window_right = (int(w) for w in window_size)
-    o.softcap = 0.0 if softcap is None else float(softcap)
-    o.prefix_len = int(prefix_len)
-    o.layout = layout
-    o.deterministic = bool(deterministic)
+    (
+        o.softmax_scale,
+        o.causal,
+        o.window_left,
+        o.window_right,
+        o.softcap,
+        o.prefix_len,
+        o.layout,
+        o.deterministic,
+    ) = settings
     return o
 
 
@@ -131,32 +170,6 @@ def _torch_backward(dout, q, k, v, out, lse, alibi_slopes, comm, o):
     return dq, dk, dv
 
 
-def _make_function():
-    torch = _arrays.torch
-
-    class RingAttention(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, v, alibi_slopes, comm, o):
-            out, lse = _torch_forward(q, k, v, alibi_slopes, comm, o)
-            ctx.save_for_backward(q, k, v, out, lse)
-            ctx.alibi_slopes, ctx.comm, ctx.options = alibi_slopes, comm, o
-            ctx.mark_non_differentiable(lse)
-            return out, lse
-
-        @staticmethod
-        def backward(ctx, dout, _dlse):
-            q, k, v, out, lse = ctx.saved_tensors
-            dq, dk, dv = _torch_backward(
-                dout.contiguous(), q, k, v, out, lse, ctx.alibi_slopes, ctx.comm, ctx.options
-            )
-            return dq, dk, dv, None, None, None
-
-    return RingAttention
-
-
-_function = None
-
-
 def ring_attention(
     q,
     k,
@@ -181,10 +194,9 @@ def ring_attention(
     [batch, heads_q], on q's device). layout: "zigzag" (2R chunks of L/2, rank r holding chunks r
     and 2R-1-r: equal causal work on every rank) or "contiguous". deterministic: bit-identical
     gradients across runs. Returns out, and with return_lse also lse (f32 [batch, heads_q, L])."""
-    global _function
     kind = _arrays.array_kind(q=q, k=k, v=v, alibi_slopes=alibi_slopes)
     _check_shards(q, k, v)
-    o = _options(
+    settings = _settings(
         comm,
         softmax_scale=softmax_scale,
         causal=causal,
@@ -195,16 +207,15 @@ def ring_attention(
         deterministic=deterministic,
     )
     if kind == "torch":
-        if _function is None:
-            _function = _make_function()
-        if q.requires_grad or k.requires_grad or v.requires_grad:
-            out, lse = _function.apply(q, k, v, alibi_slopes, comm, o)
-        else:
-            out, lse = _torch_forward(q, k, v, alibi_slopes, comm, o)
+        from . import _ring_torch
+
+        out, lse = _ring_torch.ring_fwd(
+            q, k, v, alibi_slopes, id(comm), *settings
+        )
     else:
         out = np.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
         lse = np.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=np.float32)
-        _flashkit.ring_forward(q, k, v, out, lse, alibi_slopes, comm, o)
+        _flashkit.ring_forward(q, k, v, out, lse, alibi_slopes, comm, _options(settings))
     return (out, lse) if return_lse else out
 
 
@@ -233,7 +244,7 @@ def ring_attention_backward(
         dout=dout, q=q, k=k, v=v, out=out, lse=lse, alibi_slopes=alibi_slopes
     )
     _check_shards(q, k, v)
-    o = _options(
+    settings = _settings(
         comm,
         softmax_scale=softmax_scale,
         causal=causal,
@@ -244,7 +255,13 @@ def ring_attention_backward(
         deterministic=deterministic,
     )
     if kind == "torch":
-        return _torch_backward(dout, q, k, v, out, lse, alibi_slopes, comm, o)
+        from . import _ring_torch
+
+        return _ring_torch.ring_bwd(
+            dout, q, k, v, out, lse, alibi_slopes, id(comm), *settings
+        )
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
-    _flashkit.ring_backward(q, k, v, out, lse, dout, dq, dk, dv, alibi_slopes, comm, o)
+    _flashkit.ring_backward(
+        q, k, v, out, lse, dout, dq, dk, dv, alibi_slopes, comm, _options(settings)
+    )
     return dq, dk, dv

@@ -133,7 +133,8 @@ std::vector<std::int64_t> ring_positions(const std::string& layout, int ranks, i
 void bind_ring(nb::module_& m) {
   nb::class_<RingComm>(m, "RingComm",
                        "One rank's end of a ring (flashkit.in_process_ring, "
-                       "flashkit.nccl_ring).")
+                       "flashkit.nccl_ring).",
+                       nb::is_weak_referenceable())  // flashkit/ring.py's registry
       .def_prop_ro("rank", [](const RingComm& c) { return c.comm->rank(); })
       .def_prop_ro("size", [](const RingComm& c) { return c.comm->size(); })
       .def("__repr__", [](const RingComm& c) {

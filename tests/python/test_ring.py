@@ -180,6 +180,47 @@ def test_torch_ranks_match_the_whole_sequence(rng, device):
             torch.testing.assert_close(got, x.grad[:, idx], atol=tol, rtol=0)
 
 
+def test_torch_compile_traces_the_ring_ops(rng):
+    """ring_attention under torch.compile(fullgraph=True): the custom ops flashkit::ring_fwd and
+    ring_bwd, with autograd, on a one-rank ring (aot_eager: the test is about tracing)."""
+    torch = torch_or_skip()
+    torch._dynamo.reset()
+    comm = flashkit.in_process_ring(1)[0]
+    q, k, v = (
+        torch.tensor(randn(rng, 2, 12, h, 32), dtype=torch.float32, requires_grad=True)
+        for h in (4, 2, 2)
+    )
+
+    def step(q, k, v):
+        out = flashkit.ring_attention(q, k, v, comm, causal=True, window_size=(5, -1))
+        return (out**2).sum()
+
+    loss = torch.compile(step, fullgraph=True, backend="aot_eager")(q, k, v)
+    got = torch.autograd.grad(loss, (q, k, v))
+    whole = flashkit.attention(q, k, v, causal=True, window_size=(5, -1))
+    want = torch.autograd.grad((whole**2).sum(), (q, k, v))
+    torch.testing.assert_close(loss, (whole**2).sum(), atol=1e-4, rtol=1e-5)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=2e-5, rtol=0)
+
+
+def test_torch_ring_ops_pass_opcheck(rng):
+    """The ops' schemas, fake implementations and autograd registration (torch.library.opcheck)."""
+    torch = torch_or_skip()
+    comm = flashkit.in_process_ring(1)[0]
+    q, k, v, dout = (
+        torch.tensor(randn(rng, 1, 8, h, 16), dtype=torch.float32, requires_grad=g)
+        for h, g in ((2, True), (1, True), (1, True), (2, False))
+    )
+    settings = (id(comm), None, True, -1, -1, 0.0, 0, "zigzag", False)
+    torch.library.opcheck(torch.ops.flashkit.ring_fwd.default, (q, k, v, None, *settings))
+    out, lse = torch.ops.flashkit.ring_fwd(q, k, v, None, *settings)
+    args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse, None, *settings)
+    torch.library.opcheck(torch.ops.flashkit.ring_bwd.default, args)
+    with pytest.raises(ValueError, match="comm: expected a communicator made by"):
+        torch.ops.flashkit.ring_fwd(q, k, v, None, id(q), *settings[1:])
+
+
 def _nccl_rank(rank, world, port):
     """One process of the NCCL test: its shard of a seeded sequence through ring_attention with
     autograd, against attention over the whole sequence on its own GPU."""
