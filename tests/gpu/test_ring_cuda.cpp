@@ -32,15 +32,16 @@ int device_count() {
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-// A contiguous buffer on the current device holding a host tensor's elements (or 0xFF bytes:
-// NaN in every float dtype), and the copy back.
+// A contiguous tensor on the current device holding a host tensor's elements (or 0xFF bytes:
+// NaN in every float dtype), `offset` elements into its allocation, and the copy back.
 class RankTensor {
  public:
-  RankTensor(const HostTensor& host, bool poison)
+  RankTensor(const HostTensor& host, bool poison, std::int64_t offset = 0)
       : bytes_(host.numel() * dtype_size(host.dtype())) {
     int device = 0;
     check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaMalloc(&data_, bytes_ + 1), "cudaMalloc");
+    check(cudaMalloc(&alloc_, bytes_ + (offset + 1) * dtype_size(host.dtype())), "cudaMalloc");
+    data_ = static_cast<char*>(alloc_) + offset * std::int64_t(dtype_size(host.dtype()));
     if (poison) {
       check(cudaMemset(data_, 0xFF, bytes_), "cudaMemset");
     } else {
@@ -52,7 +53,7 @@ class RankTensor {
     view_ = Tensor::from_arrays(data_, host.dtype(), int(shape.size()), shape.data(),
                                 strides.data(), Device::cuda(device));
   }
-  ~RankTensor() { cudaFree(data_); }
+  ~RankTensor() { cudaFree(alloc_); }
   RankTensor(const RankTensor&) = delete;
   RankTensor& operator=(const RankTensor&) = delete;
   const Tensor& view() const { return view_; }
@@ -62,6 +63,7 @@ class RankTensor {
 
  private:
   std::size_t bytes_;
+  void* alloc_ = nullptr;
   void* data_ = nullptr;
   Tensor view_;
 };
@@ -77,12 +79,13 @@ struct Spec {
   bool spread = false;  // ranks over every device present, not all on cuda:0
   bool nccl = false;
   bool deterministic = false;
+  bool grads_off_16_bytes = false;  // dq / dk / dv one f32 into their allocations
   std::string name() const {
     return std::to_string(ranks) + " ranks " +
            (layout == RingLayout::zigzag ? "zigzag" : "contiguous") + " " + mask_name(mask) + " " +
            dtype_name(dtype) + " d" + std::to_string(head_dim) + " L" + std::to_string(local) +
            (two_streams ? " two streams" : " one stream") + (spread ? " spread" : "") +
-           (nccl ? " nccl" : "");
+           (nccl ? " nccl" : "") + (grads_off_16_bytes ? " gradients off 16 bytes" : "");
   }
 };
 
@@ -144,8 +147,9 @@ void run_rank(const Spec& s, const CaseData& c, RingCommunicator& comm, int rank
   r.dk = HostTensor(DType::f32, {batch, s.local, hkv, d});
   r.dv = HostTensor(DType::f32, {batch, s.local, hkv, d});
   const RankTensor d_q(q, false), d_k(k, false), d_v(v, false), d_dout(dout, false);
-  const RankTensor d_out(r.out, true), d_lse(r.lse, true), d_dq(r.dq, true), d_dk(r.dk, true),
-      d_dv(r.dv, true);
+  const std::int64_t grad_offset = s.grads_off_16_bytes ? 1 : 0;
+  const RankTensor d_out(r.out, true), d_lse(r.lse, true), d_dq(r.dq, true, grad_offset),
+      d_dk(r.dk, true, grad_offset), d_dv(r.dv, true, grad_offset);
   std::unique_ptr<RankTensor> slopes;
   if (c.spec.alibi) slopes = std::make_unique<RankTensor>(c.alibi_slopes, false);
   cudaStream_t main = nullptr, side = nullptr;
@@ -285,6 +289,17 @@ TEST(RingCuda, ShiftsOnTheMainStreamHeadDimsAndDtypes) {
   f32.dtype = DType::f32;
   f32.ranks = 2;
   check_ring(f32);
+}
+
+// Gradients that are not 16-byte aligned: the ring's adds into them take one element a lane (its
+// own buffers take four), and calls writing them directly run the CUDA-core backward.
+TEST(RingCuda, GradientsOffSixteenBytes) {
+  for (int ranks : {1, 2}) {
+    Spec s;
+    s.ranks = ranks;
+    s.grads_off_16_bytes = true;
+    check_ring(s);
+  }
 }
 
 TEST(RingCuda, DeterministicGradientsRepeatBitForBit) {
