@@ -85,9 +85,7 @@ def _check_layout(layout):
         raise ValueError(f"layout: expected one of {_LAYOUTS}, got {layout!r}")
 
 
-def _settings(
-    comm, *, softmax_scale, causal, window_size, softcap, prefix_len, layout, deterministic
-):
+def _settings(comm, softmax_scale, causal, window_size, softcap, prefix_len, layout, deterministic):
     """The call's settings as plain values in RingOptions' order, checked: what the custom ops
     take (torch.compile traces this, so it makes no extension object)."""
     if not isinstance(comm, RingComm):
@@ -197,21 +195,12 @@ def ring_attention(
     kind = _arrays.array_kind(q=q, k=k, v=v, alibi_slopes=alibi_slopes)
     _check_shards(q, k, v)
     settings = _settings(
-        comm,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_size=window_size,
-        softcap=softcap,
-        prefix_len=prefix_len,
-        layout=layout,
-        deterministic=deterministic,
+        comm, softmax_scale, causal, window_size, softcap, prefix_len, layout, deterministic
     )
     if kind == "torch":
         from . import _ring_torch
 
-        out, lse = _ring_torch.ring_fwd(
-            q, k, v, alibi_slopes, id(comm), *settings
-        )
+        out, lse = _ring_torch.ring_fwd(q, k, v, alibi_slopes, id(comm), *settings)
     else:
         out = np.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
         lse = np.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=np.float32)
@@ -245,21 +234,12 @@ def ring_attention_backward(
     )
     _check_shards(q, k, v)
     settings = _settings(
-        comm,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_size=window_size,
-        softcap=softcap,
-        prefix_len=prefix_len,
-        layout=layout,
-        deterministic=deterministic,
+        comm, softmax_scale, causal, window_size, softcap, prefix_len, layout, deterministic
     )
     if kind == "torch":
         from . import _ring_torch
 
-        return _ring_torch.ring_bwd(
-            dout, q, k, v, out, lse, alibi_slopes, id(comm), *settings
-        )
+        return _ring_torch.ring_bwd(dout, q, k, v, out, lse, alibi_slopes, id(comm), *settings)
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
     _flashkit.ring_backward(
         q, k, v, out, lse, dout, dq, dk, dv, alibi_slopes, comm, _options(settings)
