@@ -178,12 +178,20 @@ Shard agree_on_problem(const RingProblem& p, LocalChecks&& local_checks) {
 // The K/V shard a rank holds at a step: its own at step 0 (the caller's tensors, read in place
 // when contiguous, the form a shift sends), then the shard that arrived. Arrivals alternate
 // between two buffers, so the one being read is never the one being written: a ring of two ranks
-// fills one, a single rank none.
+// needs one, a single rank none. They are made here, before the call's streams are joined to
+// the main one, so the comm stream's first wait orders their allocation too.
 class HeldShard {
  public:
-  HeldShard(const RingProblem& p, const Shard& s) : k_(p.k), v_(p.v), p_(p), s_(s) {
-    if (p.comm->size() > 1 && !(p.k.is_contiguous() && p.v.is_contiguous())) {
-      held_ = 0;
+  HeldShard(const RingProblem& p, const Shard& s) : k_(p.k), v_(p.v) {
+    const int ranks = p.comm->size();
+    const bool in_place = p.k.is_contiguous() && p.v.is_contiguous();
+    const int needed = ranks == 1 ? 0 : (ranks == 2 && in_place ? 1 : 2);
+    auto make = [&](const Tensor& like) {
+      return RingBuffer(p.q.device(), p.stream, like.dtype(),
+                        {s.batch, s.len, s.heads_kv, like.size(3)});
+    };
+    for (int i = 0; i < needed; ++i) buffers_.push_back(Buffers{make(p.k), make(p.v)});
+    if (ranks > 1 && !in_place) {
       take(0);
       dist::copy_into(k_, p.k, p.stream);
       dist::copy_into(v_, p.v, p.stream);
@@ -194,37 +202,22 @@ class HeldShard {
   // Queues the held shard's trip to the next rank, and the previous rank's into the free buffer.
   void send(RingCommunicator& comm, void* stream) {
     next_ = held_ == 0 ? 1 : 0;
-    const Buffers& into = buffers(next_);
-    comm.shift(k_, into.k.view(), stream);
-    comm.shift(v_, into.v.view(), stream);
+    comm.shift(k_, buffers_[std::size_t(next_)].k.view(), stream);
+    comm.shift(v_, buffers_[std::size_t(next_)].v.view(), stream);
   }
-  void take_next() {
-    held_ = next_;
-    take(held_);
-  }
+  void take_next() { take(next_); }
 
  private:
   struct Buffers {
     RingBuffer k, v;
   };
-  const Buffers& buffers(int i) {
-    while (int(buffers_.size()) <= i) {
-      auto make = [&](const Tensor& like) {
-        return RingBuffer(p_.q.device(), p_.stream, like.dtype(),
-                          {s_.batch, s_.len, s_.heads_kv, like.size(3)});
-      };
-      buffers_.push_back(Buffers{make(p_.k), make(p_.v)});
-    }
-    return buffers_[std::size_t(i)];
-  }
   void take(int i) {
-    k_ = buffers(i).k.view();
-    v_ = buffers(i).v.view();
+    held_ = i;
+    k_ = buffers_[std::size_t(i)].k.view();
+    v_ = buffers_[std::size_t(i)].v.view();
   }
 
   Tensor k_, v_;
-  const RingProblem& p_;
-  Shard s_;
   std::vector<Buffers> buffers_;
   int held_ = -1, next_ = -1;  // buffer indices; -1: the caller's tensors
 };
