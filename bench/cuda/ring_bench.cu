@@ -245,7 +245,7 @@ int usage(const char* argv0) {
       stderr,
       "usage: %s [--config RANKS,TOKENS,D,CAUSAL ...] [--out DIR] [--commit SHA]\n"
       "  default: every power-of-two ring up to the devices present over 16384 tokens a rank\n"
-      "  (on a one-GPU machine, 2 ranks sharing it over 16384 in all), d 128, causal and not;\n"
+      "  (on a one-GPU machine, 1 and 2 ranks on it over 16384 in all), d 128, causal and not;\n"
       "  NCCL where there are several devices and the build has it\n",
       argv0);
   return 2;
@@ -277,7 +277,8 @@ int main(int argc, char** argv) {
     const int devices = device_count();
     const bool nccl = devices > 1 && flashkit::build_info().nccl;
     if (configs.empty()) {
-      for (int ranks = 2; ranks <= std::max(devices, 2); ranks *= 2) {
+      // On one device, one rank too: the ring's own cost around a single call's work.
+      for (int ranks = devices > 1 ? 2 : 1; ranks <= std::max(devices, 2); ranks *= 2) {
         for (bool causal : {true, false}) {
           Config c;
           c.ranks = ranks;
