@@ -2,10 +2,20 @@
 // it. Every product of the forward (S = K Q^T, O += P V) and of the backward (dP, dV, dK, dQ) is
 // one call of gemm_tile on packed tiles.
 //
-// The micro-kernel computes an 8 x 32 block of C over the full depth: per depth step it loads
-// 32 floats of B (two AVX-512 vectors), broadcasts 8 values of A, and issues 16 FMAs into 16
-// accumulators that live in registers (GCC -O3 -march=native turns the fixed-size loops below
-// into exactly that; checked in the assembly). 16 FMAs per 10 loads keeps both FMA ports fed.
+// The micro-kernel computes a kMicroRows x kMicroCols block of C over the full depth: per depth
+// step it loads one row of B (two vectors), broadcasts kMicroRows values of A, and issues
+// 2 kMicroRows FMAs into accumulators that live in registers (GCC -O3 -march=native turns the
+// fixed-size loops below into exactly that; checked in the assembly). The block is as large as
+// the ISA's vector registers hold beside B's two vectors and a broadcast:
+//  - AVX-512, 32 registers of 16 floats: 8 x 32, 16 accumulators; 16 FMAs per 10 loads keeps
+//    both FMA ports fed;
+//  - AVX / AVX2, 16 registers of 8 floats: 4 x 16, 8 accumulators, as many FMAs as two ports
+//    with a 4-cycle latency keep in flight. 8 x 32 there needs 32 accumulator registers, and GCC
+//    kept half of them on the stack (docs/kernels/cpu_tiled.md, step 5);
+//  - SSE (portable builds): 8 x 32 still. GCC vectorises a 4 x 8 block across the depth instead
+//    of the columns (scalar loads and shuffles), 3.5x slower than the 8 x 32 block it replaces.
+// Callers pad their tiles to these multiples, so the block changes no result: each element's
+// products are summed in the same order whatever the block.
 #pragma once
 
 #include <cstdint>
@@ -14,11 +24,16 @@
 
 namespace flashkit::cpu::tiled {
 
+#if defined(__AVX__) && !defined(__AVX512F__)
+constexpr std::int64_t kMicroRows = 4;
+constexpr std::int64_t kMicroCols = 16;
+#else
 constexpr std::int64_t kMicroRows = 8;
 constexpr std::int64_t kMicroCols = 32;
+#endif
 
 // A is read as a[row * row_stride + k * depth_stride], so a transposed operand (P^T stored
-// [keys][queries] but used as P) costs nothing: the 8 broadcasts of a step are then adjacent.
+// [keys][queries] but used as P) costs nothing: the broadcasts of a step are then adjacent.
 struct MatA {
   const float* data;
   std::int64_t row_stride, depth_stride;
@@ -37,9 +52,9 @@ struct MatC {
 // built for that unit's ISA.
 namespace {
 
-// C[8][32] (+)= A[8][depth] * B[depth][32]. Kept out of line: inlined into a large caller
-// (the backward's loop body) GCC stops keeping acc in registers and runs the FMAs scalar from
-// memory, 5x slower; on its own it always compiles to the 16-register form.
+// C[kMicroRows][kMicroCols] (+)= A[kMicroRows][depth] * B[depth][kMicroCols]. Kept out of line:
+// inlined into a large caller (the backward's loop body) GCC stops keeping acc in registers and
+// runs the FMAs scalar from memory, 5x slower; on its own it compiles to the register form.
 template <bool kAccumulate>
 [[gnu::noinline]] void micro_kernel(const float* __restrict__ a, std::int64_t a_row,
                                     std::int64_t a_depth, const float* __restrict__ b,
@@ -63,9 +78,10 @@ template <bool kAccumulate>
   }
 }
 
-// C[rows][cols] (+)= A[rows][depth] * B[depth][cols]; rows a multiple of 8, cols of 32 (callers
-// zero-pad their tiles). Column strips outside, row blocks inside: one 32-wide strip of B
-// (depth * 128 bytes, 16 KiB at depth 128) stays in L1 while every row block streams past it.
+// C[rows][cols] (+)= A[rows][depth] * B[depth][cols]; rows a multiple of kMicroRows, cols of
+// kMicroCols (callers zero-pad their tiles). Column strips outside, row blocks inside: one strip
+// of B (depth * kMicroCols floats, 16 KiB at depth 128 with AVX-512) stays in L1 while every row
+// block streams past it.
 template <bool kAccumulate>
 inline void gemm_tile(std::int64_t rows, std::int64_t cols, std::int64_t depth, MatA a, MatB b,
                       MatC c) {
