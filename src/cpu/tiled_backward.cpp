@@ -53,7 +53,7 @@ PackedLayout packed_layout(const TileShape& sh) {
   p.doutt = p.dout + sh.rows * sh.dv_pad;  // [dv][rows]
   p.delta = p.doutt + sh.dv * sh.rows;     // [rows]
   p.lse2 = p.delta + sh.rows;              // [rows]: lse * log2(e), +inf for empty rows
-  p.size = p.lse2 + sh.rows;               // every part a multiple of 32 floats: aligned rows
+  p.size = p.lse2 + sh.rows;               // every part a multiple of kMicroCols: aligned rows
   return p;
 }
 

@@ -32,10 +32,10 @@ inline std::int64_t ceil_div(std::int64_t x, std::int64_t m) {
 // Geometry of the tiles of one call. A query tile holds `tokens` consecutive query tokens of
 // every query head of one KV head (GQA: the K/V tile is packed once for the whole group); its
 // row r is head (hk * group + r / tokens), token (t0 + r % tokens). Rows past group * tokens
-// pad the count to a multiple of the micro-kernel's 32 columns.
+// pad the count to a multiple of the micro-kernel's kMicroCols columns (tiled_gemm.hpp).
 struct TileShape {
   std::int64_t group, tokens, rows;
-  std::int64_t d, dv, d_pad, dv_pad;  // head dims and their 32-multiples
+  std::int64_t d, dv, d_pad, dv_pad;  // head dims and their kMicroCols multiples
 };
 // About target_rows rows per tile (fewer when the queries are shorter: no tile of 256 rows for
 // a 1-token decode step).
