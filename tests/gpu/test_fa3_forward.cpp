@@ -110,25 +110,41 @@ TEST(Fa3Forward, LongSequencesCycleThePipeline) {
   }
 }
 
-// At d = 256 a row's running max moves only when a block's max exceeds it by more than 8 (base 2;
-// sm80/fwd_softmax.cuh, kStaleMaxSlack), so O and l keep their reference point and the
+// At d >= 128 a row's running max moves only when a block's max exceeds it by more than 8 (base
+// 2; sm80/fwd_softmax.cuh, kStaleMaxSlack), so O and l keep their reference point and the
 // probabilities reach up to 2^8. KV blocks run last first: scaling the first 64 keys up makes
 // the scores of a row's last block jump, by less than the slack (probabilities above 1), around
-// it, and far past it (O rescaled at the end of the row rather than at its start).
-TEST(Fa3Forward, D256HeldMaxAgainstScoresThatJumpOnTheLastBlock) {
-  FLASHKIT_REQUIRE_SM90();
+// it, and far past it (O rescaled at the end of the row rather than at its start). Every shape
+// that holds the max: d = 128 in 128-key blocks (1024 keys) and in 176-key blocks (8200 keys,
+// no mask), d = 256.
+void expect_held_max_matches(CaseSpec s) {
   for (const double gain : {3.0, 8.0, 20.0})
-    for (const DType dtype : {DType::f16, DType::bf16})
-      for (const bool causal : {false, true}) {
-        const CaseSpec s = square_case(dtype, 1024, 256, causal);
-        CaseData c = make_case(s);
-        std::vector<double> k = c.k.values();  // [1, 1024, heads, 256]
-        const std::int64_t row = s.heads_kv * s.head_dim;
-        for (std::int64_t i = 0; i < 64 * row; ++i) k[std::size_t(i)] *= gain;
-        c.k.set_values(k);
-        SCOPED_TRACE(::testing::Message() << "first 64 keys x " << gain);
-        expect_gpu_forward_matches(c, Algo::fa3, dtype);
-      }
+    for (const DType dtype : {DType::f16, DType::bf16}) {
+      s.dtype = dtype;
+      CaseData c = make_case(s);
+      std::vector<double> k = c.k.values();  // [1, keys, heads_kv, d]
+      const std::int64_t row = s.heads_kv * s.head_dim;
+      for (std::int64_t i = 0; i < 64 * row; ++i) k[std::size_t(i)] *= gain;
+      c.k.set_values(k);
+      SCOPED_TRACE(::testing::Message()
+                   << "d " << s.head_dim << ", " << s.seqlens_k[0] << " keys, causal " << s.causal
+                   << ", first 64 keys x " << gain);
+      expect_gpu_forward_matches(c, Algo::fa3, dtype);
+    }
+}
+
+TEST(Fa3Forward, HeldMaxAgainstScoresThatJumpOnTheLastBlock) {
+  FLASHKIT_REQUIRE_SM90();
+  for (const int head_dim : {128, 256})
+    for (const bool causal : {false, true})
+      expect_held_max_matches(square_case(DType::bf16, 1024, head_dim, causal));
+  CaseSpec s;
+  s.seqlens_q = {300};
+  s.seqlens_k = {8200};
+  s.heads_q = 4;
+  s.heads_kv = 1;
+  s.head_dim = 128;
+  expect_held_max_matches(s);
 }
 
 // A masked d = 64 call of `rows` query and key rows (one sequence, causal, then a window), and

@@ -125,18 +125,17 @@ struct FwdTraits {
   // row block, warp w of the consumer warps rows 16w..16w+15.
   static constexpr int kMmaM = 1;
   static constexpr int kRowsPerWarp = 16;
-  // The softmax's held max (sm80/fwd_softmax.cuh, kStaleMaxSlack), on where O is 128 registers a
-  // thread, so most blocks skip its rescale. Measured (with the rescale between one block's P V
-  // and the next one's issue) at d = 256 +5-7 %, at d = 64 -5 % and at d = 128 -4..+2 %
-  // (docs/kernels/sm90_fwd.md, v17).
-  static constexpr bool kStaleMax = kD >= 256;
+  // The softmax's held max (sm80/fwd_softmax.cuh, kStaleMaxSlack): most blocks skip O's rescale.
+  // With the rescale on the chain from P V's wait to the next issue it measured d = 256 +5-7 %,
+  // d = 64 -5 %, d = 128 -4..+2 % (docs/kernels/sm90_fwd.md, v17); with the rescale under S
+  // (below), d = 128 +4..+9 % in 128-key blocks and +2..+5 % in 176-key ones (v43).
+  static constexpr bool kStaleMax = kD >= 128;
   // Where O is rescaled (fwd_mainloop.cuh): between the issue of the next S and this block's
   // P V (FlashAttention-3's order), under that S on the tensor cores, rather than after P V's
-  // wait. Measured at d = 256 +1-2 % and at d = 128 in 176-key blocks 0..+1.5 %, but at d = 64
-  // -1..-3 % and d = 128 in 128-key blocks -1.5..-3 %, where the later P V issue delays the
-  // other warpgroup's turn (docs/kernels/sm90_fwd.md, v21; both with pingpong turns, which those
-  // shapes no longer take since v23 / v24: not re-measured without).
-  static constexpr bool kRescaleUnderS = kD >= 256 || kBlockN >= 176;
+  // wait. Measured at d = 256 +1-2 % and at d = 128 in 176-key blocks 0..+1.5 % (v21); alone it
+  // loses 2-4.5 % at d = 128 in 128-key blocks and 1.5-3.5 % at d = 64 (v43), but d = 128 takes
+  // it with the held max, which gains more with it (v43).
+  static constexpr bool kRescaleUnderS = kD >= 128;
   // Whether the consumer warpgroups take turns to issue their GEMMs (pingpong, fwd_mainloop.cuh).
   // Measured without turns, same process: d = 128 in 128-key blocks +0.6..+3.4 % (N 512-4k,
   // causal 512-2k), but in 176-key blocks -0.8..-1.9 %, d = 64 in 192-row tiles -1..-5 %, d = 256
