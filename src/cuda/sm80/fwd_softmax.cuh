@@ -137,8 +137,9 @@ __device__ __forceinline__ void apply_mask(ScoreBlock<T>& s, const FwdParams& p,
 // and in 16-bit P V operands (f16 reaches 65504; the relative rounding of a normal number does not
 // depend on its size), and O and l keep the same reference point, so the result is unchanged up
 // to rounding. What it buys: alpha stays exactly 1 on all but a row's first blocks, and rescale_o
-// skips multiplying O (128 values a thread at d = 256), where with m moving on every new maximum
-// a 16-row warp would still see some row's max move on a block every few blocks of a long row.
+// skips multiplying O (64 values a thread at d = 128, 128 at d = 256), where with m moving on every
+// new maximum a 16-row warp would still see some row's max move on a block every few blocks of a
+// long row.
 // FlashAttention-4 rescales on the same idea: only when the max has risen by more than a threshold.
 inline constexpr float kStaleMaxSlack = 8.0f;
 
