@@ -50,19 +50,26 @@ __device__ __forceinline__ void fwd_epilogue(const FwdParams& p, const FwdTile& 
     }
   const int rows_here = tile.row_end - tile.row_begin;
   auto row_offset = [&](int r) { return rows.row_offset(p.out_layout, tile, tile.row_begin + r); };
+  auto store = [&](auto* out, auto staged) {
+    using Tile = decltype(staged);
+    if constexpr (Rows::kLinearRows) {
+      store_tile<Tile, T::kThreads>(smem, out + row_offset(0), p.out_layout.token_stride,
+                                    rows_here);
+    } else {
+      store_tile_rows<Tile, T::kThreads>(smem, out, row_offset, rows_here);
+    }
+  };
   __syncthreads();  // every warp is past its last P V: Q, K and V are read no more
   if (p.out_dtype == DType::f32) {
     stage_fragments<float, T::kBlockM, T::kD>(smem, acc.o, warp * T::kRowsPerWarp, 0, lane / 4,
                                               lane % 4);
     __syncthreads();
-    store_tile_rows<StagedTile<float, T::kBlockM, T::kD>, T::kThreads>(
-        smem, static_cast<float*>(p.out), row_offset, rows_here);
+    store(static_cast<float*>(p.out), StagedTile<float, T::kBlockM, T::kD>{});
   } else {
     stage_fragments<Elem, T::kBlockM, T::kD>(smem, acc.o, warp * T::kRowsPerWarp, 0, lane / 4,
                                              lane % 4);
     __syncthreads();
-    store_tile_rows<StagedTile<Elem, T::kBlockM, T::kD>, T::kThreads>(
-        smem, static_cast<Elem*>(p.out), row_offset, rows_here);
+    store(static_cast<Elem*>(p.out), StagedTile<Elem, T::kBlockM, T::kD>{});
   }
 }
 

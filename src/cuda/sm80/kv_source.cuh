@@ -40,6 +40,9 @@ template <class Elem>
 class ContiguousKv;
 
 struct ContiguousKvSource {
+  // Query rows are evenly spaced (row_offset is linear in the row), so a tile's rows can be
+  // stored from one pointer per thread (smem_copy.cuh: store_tile).
+  static constexpr bool kLinearRows = true;
   template <class Elem>
   __device__ __forceinline__ ContiguousKv<Elem> open(const FwdParams& p,
                                                      const FwdTile& tile) const {
@@ -91,6 +94,8 @@ class ContiguousKv {
 template <class Elem>
 class PagedKv {
  public:
+  // GQA packing places a row by its token and its head (row_offset), not one stride.
+  static constexpr bool kLinearRows = false;
   // Also sets tile.span.len_k: the keys of this kernel sequence (its split of the cache's).
   // Strides in 32 bits (the host checks they fit): 64-bit ones cost the d = 128 kernel 40 more
   // bytes of spills per thread.
