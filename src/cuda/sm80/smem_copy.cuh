@@ -102,7 +102,8 @@ __device__ __forceinline__ void store_tile(const unsigned char* smem, Elem* gmem
                                            std::int64_t row_stride, int valid_rows) {
   constexpr int kS = Tile::kStripUnits, kStrip = Tile::kRowCount * kS;
   if constexpr (kStrip % kThreads == 0 && kThreads % kS == 0 && kThreads / kS % 16 == 0) {
-    static_assert(Tile::kUnitsTotal % kThreads == 0, "every thread stores the same number of units");
+    static_assert(Tile::kUnitsTotal % kThreads == 0,
+                  "every thread stores the same number of units");
     constexpr int kPerThread = Tile::kUnitsTotal / kThreads, kPassRows = kThreads / kS;
     constexpr int kPerUnit = 16 / int(sizeof(Elem));
     const int r = int(threadIdx.x) / kS, u = int(threadIdx.x) % kS;
