@@ -95,8 +95,8 @@ __device__ __forceinline__ void store_tile_rows(const unsigned char* smem, Elem*
 // inside one strip and moves a whole number of swizzle periods (copy_tile_async's condition), a
 // thread keeps one global pointer and one shared address and every unit is an add of a
 // compile-time or per-pass offset: the same (row, unit) order as store_tile_rows, whose per-unit
-// copy_order division, 64-bit row offset and bounds branch cost the d = 256 forward's epilogue
-// ~250 instructions a tile (16 units a thread).
+// copy_order division, 64-bit row offset and bounds branch were ~720 of the 1173 instructions
+// along the d = 256 forward's epilogue (docs/kernels/sm80_fwd.md, v14).
 template <class Tile, int kThreads, class Elem>
 __device__ __forceinline__ void store_tile(const unsigned char* smem, Elem* gmem,
                                            std::int64_t row_stride, int valid_rows) {
