@@ -19,8 +19,9 @@
 
 namespace flashkit::cuda::sm80 {
 
-// One CTA's query tile against the K/V rows of `source` (kv_source.cuh).
-template <class T, class Source>
+// One CTA's query tile against the K/V rows of `source` (kv_source.cuh); kScoreMods: whether the
+// kernel handles softcap and ALiBi (fwd_mainloop).
+template <class T, bool kScoreMods, class Source>
 __device__ __forceinline__ void fwd_cta(const FwdParams& p, const FwdTile& tile,
                                         const Source& source, unsigned char* smem) {
   FwdAccum<T> acc;
@@ -35,16 +36,16 @@ __device__ __forceinline__ void fwd_cta(const FwdParams& p, const FwdTile& tile,
   }
   const KvBlockRange range = kv_block_range(p.mask, tile.row_begin, tile.row_end - 1,
                                             tile.span.len_q, tile.span.len_k, T::kBlockN);
-  if (range.first() >= 0) fwd_mainloop<T>(p, tile, source, range, smem, acc);
+  if (range.first() >= 0) fwd_mainloop<T, kScoreMods>(p, tile, source, range, smem, acc);
   fwd_epilogue<T>(p, tile, source, acc, smem);
 }
 
-template <class T>
+template <class T, bool kScoreMods>
 __global__ void __launch_bounds__(T::kThreads, 1) fwd_kernel(const __grid_constant__ FwdParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const FwdTile tile = fwd_tile<T::kBlockM>(p);
   if (tile.empty()) return;
-  fwd_cta<T>(p, tile, ContiguousKvSource{}, smem);
+  fwd_cta<T, kScoreMods>(p, tile, ContiguousKvSource{}, smem);
 }
 
 // K/V from cache pages: p.k, p.v and k_layout, v_layout are unused; sequence lengths come from
@@ -57,7 +58,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   FwdTile tile = fwd_tile<T::kBlockM>(p);
   if (tile.empty()) return;
   const PagedKv<typename T::Elem> source(kv, tile);
-  fwd_cta<T>(p, tile, source, smem);
+  fwd_cta<T, true>(p, tile, source, smem);
 }
 
 // One CTA per (query tile, head, grid_z sequence); kernels above 48 KB of dynamic shared memory
@@ -92,7 +93,12 @@ template <class Elem, int kHeadDim>
 void launch_fwd(const FwdParams& p, int smem_limit, cudaStream_t stream) {
   with_tile_traits<Elem, kHeadDim>(smem_limit, [&](auto traits) {
     using T = decltype(traits);
-    launch_tiles<T>(fwd_kernel<T>, "sm80 forward kernel", unsigned(p.batch), p, stream);
+    // Two kernels: calls without softcap or ALiBi (most) take the one without their code.
+    if (p.has_score_mods()) {
+      launch_tiles<T>(fwd_kernel<T, true>, "sm80 forward kernel", unsigned(p.batch), p, stream);
+    } else {
+      launch_tiles<T>(fwd_kernel<T, false>, "sm80 forward kernel", unsigned(p.batch), p, stream);
+    }
   });
 }
 
