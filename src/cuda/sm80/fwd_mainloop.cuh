@@ -150,7 +150,7 @@ __device__ __forceinline__ void fwd_mainloop(const FwdParams& p, const FwdTile& 
     ctx.col0 = std::int64_t(n) * T::kBlockN;
     const float factor = scores_to_base2<T>(s, p, ctx, warp, lane);
     if (range.needs_mask(n)) apply_mask<T>(s, p, ctx, warp, lane);
-    online_softmax<T>(s, acc, factor);
+    if constexpr (!T::kSoftmaxAfterCopy) online_softmax<T>(s, acc, factor);
 
     ptx::cp_async_wait<0>();
     __syncthreads();  // V_n visible; every warp is done reading K_n
@@ -159,6 +159,7 @@ __device__ __forceinline__ void fwd_mainloop(const FwdParams& p, const FwdTile& 
           k_tile, next * T::kBlockN, keys_left(next));
       ptx::cp_async_commit();
     }
+    if constexpr (T::kSoftmaxAfterCopy) online_softmax<T>(s, acc, factor);
     gemm_pv<T>(acc, s, v_tile, v_lane);
     n = next;
   }

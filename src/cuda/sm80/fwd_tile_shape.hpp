@@ -65,6 +65,10 @@ struct FwdTraits {
   // kernel: 25, none; scripts/sass-loop --ldsm). Three ahead: 16 and 2, 251 registers, no
   // spills (two ahead spilled 8 B; four gave three's SASS). Two m16 tiles: one ahead suffices.
   static constexpr int kFragsAhead = kMmaM == 1 ? 3 : 1;
+  // FA2's order at one m16 tile a warp (d 192, 256): the softmax after the V wait and the next
+  // K copy's issue, so that the copy's address registers are followed by the softmax's FP work
+  // rather than the P V ldmatrix (sm80_fwd.md, v17).
+  static constexpr bool kSoftmaxAfterCopy = kMmaM == 1;
   // The softmax's held max (fwd_softmax.cuh, kStaleMaxSlack): measured -3..+3 % here at d = 64,
   // 128 and 256 (docs/kernels/sm80_fwd.md, v7), so off.
   static constexpr bool kStaleMax = false;
