@@ -79,3 +79,29 @@ def test_ldmatrix_distances_follow_every_register_of_a_load():
     ]
     ins = sass_loop.functions(listing(body))["_Z6kernelv"]
     assert sass_loop.ldmatrix_distances(ins, list(range(len(ins)))) == [1, 3]
+
+
+def test_copy_waits_find_the_first_write_to_a_copy_address():
+    """A run of cp.async copies reads 64-bit address pairs; the first later instruction writing
+    either half of one waits for the copy that last read it. Stores, filler and short runs do
+    not count; a 64-bit write covers two registers."""
+    body = [
+        (0x00, "LDGSTS.E.BYPASS.128 [R9+0x0], desc[UR4][R20.64]"),
+        (0x10, "LDGSTS.E.BYPASS.128 [R9+0x800], desc[UR4][R22.64], !P0"),
+        (0x20, "@!PT LDS RZ, [RZ]"),
+        (0x30, "LDGSTS.E.BYPASS.128 [R9+0x1000], desc[UR4][R20.64+0x80]"),
+        (0x40, "LDGSTS.E.BYPASS.128 [R9+0x1800], desc[UR4][R22.64+0x80]"),
+        (0x50, "STS [R20], R3"),  # reads R20: no wait
+        (0x60, "FMUL R5, R5, R6"),
+        (0x70, "IMAD.WIDE.U32 R22, R4, R6, R8"),  # writes R22, R23: read last by copy 4
+        (0x80, "LDGSTS.E.BYPASS.128 [R9], desc[UR4][R30.64]"),  # a run of 1
+        (0x90, "MOV R30, R5"),
+        (0xa0, "@P0 BRA 0x0"),
+        (0xb0, "EXIT"),
+    ]
+    ins = sass_loop.functions(listing(body))["_Z6kernelv"]
+    lo, hi = sass_loop.main_loop(ins)
+    assert sass_loop.copy_waits(ins, lo, hi) == [(0, 4, 2, 4)]
+    assert sass_loop.copy_waits(ins, lo, hi, min_run=1)[1] == (8, 1, 0, 1)
+    text = sass_loop.report("_Z6kernelv", ins, show_copies=True)
+    assert "4 copies at 0x0: overwritten 2 instructions after it, last read by copy 4" in text
