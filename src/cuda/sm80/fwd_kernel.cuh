@@ -93,7 +93,8 @@ template <class Elem, int kHeadDim>
 void launch_fwd(const FwdParams& p, int smem_limit, cudaStream_t stream) {
   with_tile_traits<Elem, kHeadDim>(smem_limit, [&](auto traits) {
     using T = decltype(traits);
-    // Two kernels: calls without softcap or ALiBi (most) take the one without their code.
+    // Two kernels: calls without softcap or ALiBi (most) take the one without their code (d = 64
+    // / 128 N 512 +4.0 / +2.9 % on an H100, where it drops spill reloads; sm80_fwd.md, v16).
     if (p.has_score_mods()) {
       launch_tiles<T>(fwd_kernel<T, true>, "sm80 forward kernel", unsigned(p.batch), p, stream);
     } else {

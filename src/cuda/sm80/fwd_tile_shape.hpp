@@ -67,7 +67,8 @@ struct FwdTraits {
   static constexpr int kFragsAhead = kMmaM == 1 ? 3 : 1;
   // FA2's order at one m16 tile a warp (d 192, 256): the softmax after the V wait and the next
   // K copy's issue, so that the copy's address registers are followed by the softmax's FP work
-  // rather than the P V ldmatrix (sm80_fwd.md, v17).
+  // rather than the P V ldmatrix: d = 256 +2.5-4.2 % on an H100 (sm80_fwd.md, v17). At d = 128
+  // ptxas spills with it (local accesses in the loop 5 -> 13).
   static constexpr bool kSoftmaxAfterCopy = kMmaM == 1;
   // The softmax's held max (fwd_softmax.cuh, kStaleMaxSlack): measured -3..+3 % here at d = 64,
   // 128 and 256 (docs/kernels/sm80_fwd.md, v7), so off.
