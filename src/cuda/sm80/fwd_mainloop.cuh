@@ -24,9 +24,11 @@ namespace flashkit::cuda::sm80 {
 // so an ldmatrix runs under earlier mma instead of in front of its own: with one buffer every mma
 // waited on the load just before it (ncu: short-scoreboard stalls on the first mma after each
 // load were 16% of the forward's samples at d = 128, FA2's pipelined loop 7%).
-template <class T>
+// after_first_step() runs once the first k16 step's mma are issued.
+template <class T, class AfterFirstStep>
 __device__ __forceinline__ void gemm_qk(ScoreBlock<T>& s, std::uint32_t q_tile,
-                                        std::uint32_t k_tile, int warp, int q_lane, int k_lane) {
+                                        std::uint32_t k_tile, int warp, int q_lane, int k_lane,
+                                        const AfterFirstStep& after_first_step) {
   using Elem = typename T::Elem;
   constexpr int kSteps = T::kD / 16, kPairs = T::kBlockN / 16, kFrags = kSteps * kPairs;
   constexpr int kAhead = T::kFragsAhead;
@@ -65,6 +67,7 @@ __device__ __forceinline__ void gemm_qk(ScoreBlock<T>& s, std::uint32_t q_tile,
       ptx::mma_m16n8k16<Elem>(s[mt][2 * np], a[kk % 2][mt], bf[0], bf[1]);
       ptx::mma_m16n8k16<Elem>(s[mt][2 * np + 1], a[kk % 2][mt], bf[2], bf[3]);
     }
+    if (f == kPairs - 1) after_first_step();
   }
 }
 
@@ -141,12 +144,18 @@ __device__ __forceinline__ void fwd_mainloop(const FwdParams& p, const FwdTile& 
     const int next = range.next(n);
     ptx::cp_async_wait<0>();
     __syncthreads();  // K_n (and Q) visible; every warp is past P V of the previous block
-    kv.template copy_v<typename T::KvTile, T::kThreads, T::kCopySharedBase>(v_tile, n * T::kBlockN,
-                                                                            keys_left(n));
-    ptx::cp_async_commit();
-
+    auto copy_v = [&] {
+      kv.template copy_v<typename T::KvTile, T::kThreads, T::kCopySharedBase>(
+          v_tile, n * T::kBlockN, keys_left(n));
+      ptx::cp_async_commit();
+    };
     ScoreBlock<T> s;
-    gemm_qk<T>(s, q_tile, k_tile, warp, q_lane, k_lane);
+    if constexpr (T::kVCopyInQk) {
+      gemm_qk<T>(s, q_tile, k_tile, warp, q_lane, k_lane, copy_v);
+    } else {
+      copy_v();
+      gemm_qk<T>(s, q_tile, k_tile, warp, q_lane, k_lane, [] {});
+    }
     ctx.col0 = std::int64_t(n) * T::kBlockN;
     const float factor = scores_to_base2<T>(s, p, ctx, warp, lane);
     if (range.needs_mask(n)) apply_mask<T>(s, p, ctx, warp, lane);

@@ -70,6 +70,11 @@ struct FwdTraits {
   // rather than the P V ldmatrix: d = 256 +2.5-4.2 % on an H100 (sm80_fwd.md, v17). At d = 128
   // ptxas spills with it (local accesses in the loop 5 -> 13).
   static constexpr bool kSoftmaxAfterCopy = kMmaM == 1;
+  // There too, the V copy issued after Q K^T's first k step instead of before it (fwd_mainloop.cuh,
+  // gemm_qk's callback): the fast path 16 instructions shorter at d = 256, +0.3-6.3 % on an H100
+  // in two calls, one row flat (sm80_fwd.md, v18). Spread further, in parts among the mma, it lost
+  // up to 5 % at N = 512 (v19).
+  static constexpr bool kVCopyInQk = kMmaM == 1;
   // The softmax's held max (fwd_softmax.cuh, kStaleMaxSlack): measured -3..+3 % here at d = 64,
   // 128 and 256 (docs/kernels/sm80_fwd.md, v7), so off.
   static constexpr bool kStaleMax = false;
