@@ -71,10 +71,11 @@ struct FwdTraits {
   // v17), d = 64 +2.3-3.9 % (v20). At d = 128 ptxas spills with it (local accesses in the loop
   // 5 -> 13); d = 32 was not measured.
   static constexpr bool kSoftmaxAfterCopy = kMmaM == 1 || kD == 64;
-  // There too, the V copy issued after Q K^T's first k step instead of before it (fwd_mainloop.cuh,
-  // gemm_qk's callback): the fast path 16 instructions shorter at d = 256, +0.3-6.3 % on an H100
-  // in two calls, one row flat (sm80_fwd.md, v18). Spread further, in parts among the mma, it lost
-  // up to 5 % at N = 512 (v19).
+  // At one m16 tile a warp, the V copy issued after Q K^T's first k step instead of before it
+  // (fwd_mainloop.cuh, gemm_qk's callback): the fast path 16 instructions shorter at d = 256,
+  // +0.3-6.3 % on an H100 in two calls, one row flat (sm80_fwd.md, v18). Spread further, in parts
+  // among the mma, it lost up to 5 % at N = 512 (v19). With two m16 tiles ptxas spills with it
+  // (local accesses in the loop: d = 64 3 -> 20, d = 128 5 -> 8).
   static constexpr bool kVCopyInQk = kMmaM == 1;
   // The softmax's held max (fwd_softmax.cuh, kStaleMaxSlack): measured -3..+3 % here at d = 64,
   // 128 and 256 (docs/kernels/sm80_fwd.md, v7), so off.
