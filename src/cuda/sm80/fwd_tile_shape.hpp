@@ -65,12 +65,12 @@ struct FwdTraits {
   // kernel: 25, none; scripts/sass-loop --ldsm). Three ahead: 16 and 2, 251 registers, no
   // spills (two ahead spilled 8 B; four gave three's SASS). Two m16 tiles: one ahead suffices.
   static constexpr int kFragsAhead = kMmaM == 1 ? 3 : 1;
-  // FA2's order at one m16 tile a warp (d 192, 256) and at d = 64: the softmax after the V wait
+  // FA2's order at one m16 tile a warp (d 192, 256) and at d <= 64: the softmax after the V wait
   // and the next K copy's issue, so that the copy's address registers are followed by the
   // softmax's FP work rather than the P V ldmatrix: d = 256 +2.5-4.2 % on an H100 (sm80_fwd.md,
-  // v17), d = 64 +2.3-3.9 % (v20). At d = 128 ptxas spills with it (local accesses in the loop
-  // 5 -> 13); d = 32 was not measured.
-  static constexpr bool kSoftmaxAfterCopy = kMmaM == 1 || kD == 64;
+  // v17), d = 64 +2.3-3.9 % (v20), d = 32 -0.3..+9.0 % (v21; its spills 24 / 68 B -> none). At
+  // d = 128 ptxas spills with it (local accesses in the loop 5 -> 13).
+  static constexpr bool kSoftmaxAfterCopy = kMmaM == 1 || kD <= 64;
   // At one m16 tile a warp, the V copy issued after Q K^T's first k step instead of before it
   // (fwd_mainloop.cuh, gemm_qk's callback): the fast path 16 instructions shorter at d = 256,
   // +0.3-6.3 % on an H100 in two calls, one row flat (sm80_fwd.md, v18). Spread further, in parts
