@@ -105,3 +105,38 @@ def test_copy_waits_find_the_first_write_to_a_copy_address():
     assert sass_loop.copy_waits(ins, lo, hi, min_run=1)[1] == (8, 1, 0, 1)
     text = sass_loop.report("_Z6kernelv", ins, show_copies=True)
     assert "4 copies at 0x0: overwritten 2 instructions after it, last read by copy 4" in text
+
+
+def test_loop_ends_are_the_fixed_code_around_the_loop():
+    """Entry to the loop's head: a taken branch skips the slow setup, the early EXIT falls
+    through. Loop to exit: the nearer of two EXITs, past a skippable store."""
+    body = [
+        (0x00, "MOV R1, c[0x0][0x28]"),
+        (0x10, "@!P0 EXIT"),
+        (0x20, "@P1 BRA 0x50"),
+        (0x30, "IMAD R2, R2, R3, R4"),  # setup a taken branch skips
+        (0x40, "IMAD R2, R2, R3, R4"),
+        (0x50, "CS2R R4, SRZ"),
+        (0x60, "HMMA.16816.F32.BF16 R4, R8, R12, R4"),  # the loop: 0x60..0x70
+        (0x70, "@P2 BRA 0x60"),
+        (0x80, "FMUL R4, R4, R5"),
+        (0x90, "@P3 BRA 0xb0"),
+        (0xa0, "STG.E.128 [R6.64], R4"),
+        (0xb0, "EXIT"),
+        (0xc0, "STG.E.128 [R6.64], R4"),  # reached by no path
+        (0xd0, "EXIT"),
+    ]
+    ins = sass_loop.functions(listing(body))["_Z6kernelv"]
+    lo, hi = sass_loop.main_loop(ins)
+    assert (ins[lo][0], ins[hi][0]) == (0x60, 0x70)
+    prologue, epilogue = sass_loop.loop_ends(ins, lo, hi)
+    assert [ins[k][0] for k in prologue] == [0x00, 0x10, 0x20, 0x50]
+    assert [ins[k][0] for k in epilogue] == [0x80, 0x90, 0xb0]
+    text = sass_loop.report("_Z6kernelv", ins, show_ends=True)
+    assert "entry -> loop: 4 instructions" in text and "loop -> exit: 3 instructions" in text
+    # A loop at the function's end has no exit path after it.
+    tail = [(0x00, "MOV R1, R2"), (0x10, "FADD R1, R1, R1"), (0x20, "@P0 BRA 0x10")]
+    ins = sass_loop.functions(listing(tail))["_Z6kernelv"]
+    lo, hi = sass_loop.main_loop(ins)
+    assert sass_loop.loop_ends(ins, lo, hi) == ([0], None)
+    assert "loop -> exit: no path" in sass_loop.report("_Z6kernelv", ins, show_ends=True)
