@@ -87,7 +87,7 @@ TEST(Fa3Forward, PaddedRowStrides) {
   }
 }
 
-// 2048 keys are 16 blocks of 128 (32 of 64 at d = 256): each of the two stages is refilled
+// 2048 keys are 16 blocks of 128 (26 of 80 at d = 256): each of the two stages is refilled
 // many times, so a wrong barrier parity shows up as stale K or V.
 TEST(Fa3Forward, LongSequencesCycleThePipeline) {
   FLASHKIT_REQUIRE_SM90();
@@ -304,9 +304,10 @@ TEST(Fa3Forward, PersistentCtasWalkSeveralTiles) {
 
 // d = 256 walks persistently at short keys (fwd_one_q_walk_pays) with its one Q buffer, which the
 // consumers release after each tile's last S, and O staged over the V stages, or from registers
-// for f32 output (FwdTraits::kWalkReleasesQAfterS): more units than the H200's 132 walkers
-// (160-192 here), tiles of one 80-key block (the release after the first S), of several with a
-// last block of 20 keys, f32 output, causal pairs with a middle tile alone, and tiles of no
+// for f32 output (FwdTraits::kWalkReleasesQAfterS), in both of its block shapes (fwd_shape: 64
+// keys at <= 512, or <= 1024 under a mask; 80 above): more units than the H200's 132 walkers
+// (160-192 here), tiles of one block (the release after the first S), of several with a last
+// block of 52 or 60 keys, f32 output, causal pairs with a middle tile alone, and tiles of no
 // visible key (more queries than keys, bottom-right aligned: the release without a mainloop). Out
 // bit for bit on a repeat.
 TEST(Fa3Forward, D256WalksWithOneQBuffer) {
@@ -317,14 +318,16 @@ TEST(Fa3Forward, D256WalksWithOneQBuffer) {
   s.heads_kv = 2;
   s.head_dim = 256;
   s.seqlens_q = std::vector<std::int64_t>(8, 600);  // 5 tiles, the last of 88 rows
-  s.seqlens_k = std::vector<std::int64_t>(8, 500);  // 6 x 80 + 20 keys
+  s.seqlens_k = std::vector<std::int64_t>(8, 500);  // 7 x 64 + 52 keys
   expect_gpu_forward_matches(s, Algo::fa3);
   expect_gpu_forward_matches(s, Algo::fa3, DType::f32);
-  s.seqlens_k = std::vector<std::int64_t>(8, 70);  // one block a tile
+  s.seqlens_k = std::vector<std::int64_t>(8, 60);  // one block a tile
   expect_gpu_forward_matches(s, Algo::fa3);
 
   s.dtype = DType::f16;
   s.causal = true;
+  s.seqlens_q = s.seqlens_k = std::vector<std::int64_t>(8, 1100);  // 80-key blocks: 13 x 80 + 60
+  expect_gpu_forward_matches(s, Algo::fa3);
   s.seqlens_q = s.seqlens_k = std::vector<std::int64_t>(20, 300);  // pairs (0, 2) and (1)
   expect_gpu_forward_matches(s, Algo::fa3);
   s.heads_kv = 1;

@@ -35,7 +35,11 @@
 //   d 256: 128 x 80, 2 consumers (S 40 + O 128 + P 20); 64 KB + 160 KB = 224 KB, under the
 //          227 KB a CTA may have (with the 1 KB of alignment slack and the barriers: 230472
 //          bytes of 232448). 80 keys, not 64: a fifth fewer blocks (H200: +7-14 % from N = 2k,
-//          causal included; -1.3 % at N = 512).
+//          causal included). At <= 512 keys, or <= 1024 under a mask, 128 x 64 (128 KB of
+//          stages): 80-key blocks cover 512 keys in 560 columns, and a causal 512 call's 128-row
+//          tiles in 1440 against 1280 (12.5 % more MMA work, 6 % at 1k); H100: N = 512 +3.7 %,
+//          causal 512 / 1k +6.1 / +5.5 %; the same bounds doubled gained nothing the runs'
+//          spread did not cover (docs/kernels/sm90_fwd.md, v50).
 // All operands use the 128-byte swizzle: a tile is d / 64 slabs of [rows][64 elements], which is
 // both one TMA box per slab and wgmma's canonical K-major (Q, K) or N-major (V) layout.
 #pragma once
@@ -70,7 +74,7 @@ constexpr FwdShape fwd_shape(int head_dim, bool masked, int seqlen_q, int seqlen
     return {three ? 3 : 1, 128};
   }
   if (head_dim <= 128) return {2, seqlen_k >= 8192 ? 176 : 128};
-  return {2, 80};
+  return {2, seqlen_k <= (masked ? 1024 : 512) ? 64 : 80};
 }
 
 // Every shape fwd_shape gives a head dim is one of these two, which its instance file compiles.
@@ -80,12 +84,13 @@ constexpr FwdShape fwd_long_open_shape(int head_dim) {
 constexpr FwdShape fwd_short_masked_shape(int head_dim) {
   return fwd_shape(head_dim, true, 0, 0);
 }
-// Over cache pages (fwd_kv_source.cuh): the short masked shape, whose tiles of 128 rows (64 at
-// d = 64) a GQA group of 2, 4, 8 ... packs into whole (a group that does not divide them goes to
-// the sm80 kernel: cuda/paged_fwd.cpp), and whose blocks (128 keys; 80 at d = 256) divide into
-// boxes of 16 rows, the smallest page the path takes.
+// Over cache pages (fwd_kv_source.cuh): the short masked shape (d = 256: the long one, 80-key
+// blocks; the 64-key blocks were measured on contiguous calls only), whose tiles of 128 rows (64
+// at d = 64) a GQA group of 2, 4, 8 ... packs into whole (a group that does not divide them goes
+// to the sm80 kernel: cuda/paged_fwd.cpp), and whose blocks (128 keys; 80 at d = 256) divide
+// into boxes of 16 rows, the smallest page the path takes.
 constexpr FwdShape fwd_paged_shape(int head_dim) {
-  return fwd_short_masked_shape(head_dim);
+  return head_dim <= 128 ? fwd_short_masked_shape(head_dim) : fwd_long_open_shape(head_dim);
 }
 
 constexpr bool fwd_shapes_compiled(int head_dim) {
