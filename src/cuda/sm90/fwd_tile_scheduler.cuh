@@ -104,7 +104,8 @@ inline bool fwd_walk_persistent(const FwdParams& p, int ctas) {
 // Whether d = 256's walk with one Q buffer (FwdTraits::kWalkReleasesQAfterS) beats a CTA per tile:
 // in the suite's harness on the H200 (docs/kernels/sm90_fwd.md, v40; two A/Bs) +2.6-4.1 % at 512
 // keys with or without a causal mask and -0.3..+3.0 % causal at 1k-2k, but -2..-8 % without a mask
-// from 1k keys and -1..-8 % causal from 4k.
+// from 1k keys and -1..-8 % causal from 4k. In 64-key blocks (fwd_shape at short keys) one CTA a
+// tile was 4.1-6.8 % slower than the walk on an H100 at N 512, causal 512 and 1k (v51).
 inline bool fwd_one_q_walk_pays(const FwdParams& p) {
   return p.seqlen_k <= 512 || (core::masks_anything(p.mask) && p.seqlen_k <= 2048);
 }
