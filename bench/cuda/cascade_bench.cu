@@ -13,9 +13,10 @@
 //   flashkit-cascade-decode the same with the shared level on the decode kernels (Algo::fa1),
 //                           the design the tensor-core path replaces
 // and, for the first configuration, diagnostic rows: the shared level's key splits capped at 8
-// and 4 (FLASHKIT_CASCADE_SPLITS), on one stream and on two; and two that split the cascade's
-// time: the same call with an empty prefix (suffix level, merge, launches) and the suffix level
-// alone.
+// and 4 (FLASHKIT_CASCADE_SPLITS), on one stream and on two; and those that split the cascade's
+// time: the same call with an empty prefix (both levels' launches, the suffix level's keys), the
+// suffix level alone and twice in one graph (a kernel boundary), the shared level alone with its
+// prefix and with none.
 // Each call is captured in a CUDA graph and timed with CUDA events after a warm-up, median of
 // 30; the pool is rotated over copies when one is under 3x the L2. The cascade's output is
 // checked against plain paged decode's (every element) and both against a double-precision host
@@ -342,22 +343,64 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
                       return cascade_call(s, flashkit::Algo::automatic, /*empty_prefix=*/true);
                     }),
                     c.batch * double(c.suffix) * bpt, -1, -1});
-    rows.push_back({"diag-suffix-level-only", c, per_set([&](int s) {
-                      flashkit::PagedAttentionArgs a;
-                      a.q = q_t;
-                      a.out = Tensor(out_paged.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
-                      a.kv.k_pages = k_t;
-                      a.kv.v_pages = v_t;
-                      a.kv.block_table =
-                          Tensor(d_suffix->as<std::int32_t>() + std::int64_t(s) * c.batch * sp,
-                                 DType::i32, {c.batch, sp}, dev);
-                      a.kv.seq_lens = Tensor(d_suffix_lens->p, DType::i32, {c.batch}, dev);
-                      a.mask.causal = true;
-                      a.num_splits = 1;  // as the cascade's suffix level
-                      a.stream = stream;
-                      return std::function<void()>([a] { flashkit::paged_attention(a); });
-                    }),
+    auto suffix_level = [&](int s) {
+      flashkit::PagedAttentionArgs a;
+      a.q = q_t;
+      a.out = Tensor(out_paged.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
+      a.kv.k_pages = k_t;
+      a.kv.v_pages = v_t;
+      a.kv.block_table = Tensor(d_suffix->as<std::int32_t>() + std::int64_t(s) * c.batch * sp,
+                                DType::i32, {c.batch, sp}, dev);
+      a.kv.seq_lens = Tensor(d_suffix_lens->p, DType::i32, {c.batch}, dev);
+      a.mask.causal = true;
+      a.num_splits = 1;  // as the cascade's suffix level
+      a.stream = stream;
+      return std::function<void()>([a] { flashkit::paged_attention(a); });
+    };
+    rows.push_back({"diag-suffix-level-only", c, per_set(suffix_level),
                     c.batch * double(c.suffix) * bpt, -1, -1});
+    // The same kernel twice in one graph: what a kernel boundary between two such levels costs.
+    rows.push_back({"diag-suffix-level-twice", c, per_set([&](int s) {
+                      const std::function<void()> once = suffix_level(s);
+                      return std::function<void()>([once] { once(), once(); });
+                    }),
+                    2 * c.batch * double(c.suffix) * bpt, -1, -1});
+    // The shared level alone, as cascade_attention runs it on one stream (core/cascade.cpp,
+    // shared_split): the paged forward over the prefix, GQA groups packed into tiles' rows, the
+    // keys split so that the CTAs fill the SMs once (sm90: 128-row tiles, 128-key multiples),
+    // f32 partial states into the workspace; with the prefix and with none.
+    const std::int64_t rows_q = c.batch, tiles = (rows_q * kGroup + 127) / 128 * kHeadsKv;
+    const std::int64_t splits = std::clamp<std::int64_t>(sms / tiles, 1, 16);
+    const std::int64_t o_elems = rows_q * kHeadsQ * kDim;
+    const std::int64_t states = cascade_elems / (rows_q * kHeadsQ * (kDim + 1));
+    flashkit::cuda::PagedFwdOptions split;
+    split.key_splits = int(splits);
+    split.split_keys = int(std::max<std::int64_t>(256, (c.prefix / splits + 127) / 128 * 128));
+    split.out_stride = o_elems;
+    split.lse_stride = rows_q * kHeadsQ;
+    split.pack_gqa = true;
+    for (bool empty : {false, true}) {
+      rows.push_back({empty ? "diag-shared-level-only-empty-prefix" : "diag-shared-level-only", c,
+                      per_set([&](int s) {
+                        flashkit::PagedAttentionArgs a;
+                        a.q = Tensor(q.p, DType::bf16, {1, rows_q, kHeadsQ, kDim}, dev);
+                        a.out = Tensor(cascade_ws.p, DType::f32, {1, rows_q, kHeadsQ, kDim}, dev);
+                        a.lse = Tensor(cascade_ws.as<float>() + states * o_elems, DType::f32,
+                                       {1, kHeadsQ, rows_q}, {rows_q * kHeadsQ, rows_q, 1}, dev);
+                        a.kv.k_pages = k_t;
+                        a.kv.v_pages = v_t;
+                        a.kv.block_table =
+                            Tensor(d_shared->as<std::int32_t>() + s * std::max(pp, 1), DType::i32,
+                                   {1, std::max(pp, 1)}, dev);
+                        a.kv.seq_lens = Tensor(d_prefix_len->as<std::int32_t>() + (empty ? 1 : 0),
+                                               DType::i32, {1}, dev);
+                        a.stream = stream;
+                        const flashkit::core::PagedDims dims = flashkit::core::validate_paged(a, 1);
+                        return std::function<void()>(
+                            [a, dims, split] { flashkit::cuda::paged_fwd(a, dims, split); });
+                      }),
+                      empty ? 0.0 : double(c.prefix) * bpt, -1, -1});
+    }
   }
   return rows;
 }

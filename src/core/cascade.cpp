@@ -32,6 +32,7 @@
 
 #if FLASHKIT_HAVE_CUDA
 #include "cuda/common/device.hpp"
+#include "cuda/decode/decode_backend.hpp"
 #include "cuda/paged_fwd.hpp"
 #include "cuda/stream_wait.hpp"
 #endif
@@ -364,8 +365,13 @@ std::int64_t shared_ctas(const Workspace& ws, const core::PagedDims& d,
 }
 
 // Both levels on the GPU, nothing read back: the shared level's key splits on tensor cores
-// (or one decode-kernel call), the suffix level, one merge. Every level is validated first.
+// (or one decode-kernel call), then the suffix level. Decode on one stream merges the shared
+// level's states in the suffix level's own epilogue (cuda::PriorStates: no merge kernel, and the
+// suffix's state never goes through the workspace); with a side stream, or several queries a
+// request, the suffix level writes a state of its own and one merge follows. Every level is
+// validated first.
 void run_on_device(const CascadeAttentionArgs& a, const Workspace& ws) {
+  const Dims& d = ws.d;
   PagedAttentionArgs shared = shared_rows(a, ws, 0, ws.rows());
   shared.num_splits = 1;  // the decode kernels' own split would need a workspace of its own
   const core::PagedDims shared_dims = validate_level(shared, "shared");
@@ -374,14 +380,24 @@ void run_on_device(const CascadeAttentionArgs& a, const Workspace& ws) {
   const bool tensor_cores = (a.algo == Algo::automatic || a.algo == Algo::fa2) &&
                             cuda::paged_fwd_unsupported(shared, shared_dims, split).empty();
   if (!tensor_cores) split.key_splits = 1;
-  PagedAttentionArgs suffix = suffix_into(a, ws, split.key_splits);
-  suffix.num_splits = 1;
-  validate_level(suffix, "suffix");
-  if (ws.rows() == 0) return;
-
   const bool fork =
       side_stream && tensor_cores &&
       2 * shared_ctas(ws, shared_dims, split) <= cuda::multiprocessor_count(a.q.device());
+  // The decode kernels' fold instances take it (f16 / bf16 pages, 2-4 warps a CTA); a suffix
+  // level that paged_attention would send to the tensor-core forward (over 128 query rows a KV
+  // head), or to another decode kernel, keeps the merge.
+  PagedAttentionArgs suffix = level_args(a, a.q, a.suffix, a.mask, a.out, a.lse);
+  suffix.num_splits = 1;
+  const core::PagedDims direct_dims = validate_level(suffix, "suffix");
+  const bool fold = !fork && d.q_len == 1 && !cuda::paged_fwd_preferred(suffix, direct_dims) &&
+                    cuda::paged_attention_folds(suffix, direct_dims);
+  if (!fold) {
+    suffix = suffix_into(a, ws, split.key_splits);
+    suffix.num_splits = 1;
+  }
+  const core::PagedDims suffix_dims = validate_level(suffix, "suffix");
+  if (ws.rows() == 0) return;
+
   if (fork) {
     cuda::stream_wait(a.side_stream, a.stream);  // the suffix level's inputs are on `stream`
     suffix.stream = a.side_stream;
@@ -390,6 +406,19 @@ void run_on_device(const CascadeAttentionArgs& a, const Workspace& ws) {
     cuda::paged_fwd(shared, shared_dims, split);
   } else {
     paged_attention(shared);
+  }
+  if (fold) {
+    cuda::PriorStates priors;
+    priors.o = ws.o(0);
+    priors.lse = ws.lse(0);
+    priors.states = int(split.key_splits);
+    priors.o_state = ws.o_elems();
+    priors.o_row = d.heads * d.head_dim;
+    priors.o_head = d.head_dim;
+    priors.lse_state = ws.lse_elems();
+    priors.lse_row = 1;
+    priors.lse_head = ws.rows();
+    return cuda::paged_attention(suffix, suffix_dims, priors);
   }
   paged_attention(suffix);
   if (fork) cuda::stream_wait(a.stream, a.side_stream);

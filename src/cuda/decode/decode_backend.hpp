@@ -25,6 +25,27 @@ namespace flashkit::cuda {
 // No allocation and no host synchronisation: capturable in a CUDA graph on args.stream.
 void paged_attention(const PagedAttentionArgs& args, const core::PagedDims& dims);
 
+// Partial (o, lse) states of the same queries over other keys, f32 on the call's device (the
+// shared level of cascade attention): `states` of them, strides in elements. Query row r counts
+// as the split-K workspace's rows do (b * q_len + token; the packed row with cu_seqlens_q).
+struct PriorStates {
+  const float* o = nullptr;  // [state][row][head][head_dim_v] under the strides below
+  const float* lse = nullptr;
+  int states = 0;
+  std::int64_t o_state = 0, o_row = 0, o_head = 0;
+  std::int64_t lse_state = 0, lse_row = 0, lse_head = 0;
+};
+
+// The same call, its result merged with `priors` before out and lse are written (the weights of
+// merge_states, in one fixed order: this call's own state, then the priors in order), so that no
+// merge kernel follows. Only where paged_attention_folds says so (flashkit::Error otherwise).
+void paged_attention(const PagedAttentionArgs& args, const core::PagedDims& dims,
+                     const PriorStates& priors);
+
+// Whether the call runs on a kernel instance that folds prior states: one key split on the
+// tensor-core kernels with f16 or bf16 pages, at 2-4 warps a CTA (decode::mma_folds).
+bool paged_attention_folds(const PagedAttentionArgs& args, const core::PagedDims& dims);
+
 // Writes k_new / v_new into their pages (e4m3 pages: value / scale, round to nearest even,
 // saturating at +-448).
 void append_kv(const AppendKVArgs& args, const core::AppendDims& dims);

@@ -15,6 +15,38 @@
 
 namespace flashkit::cuda::decode {
 
+// Folds the call's prior states (PagedParams::prior_*, unsplit calls only) into one query row's
+// 4 elements e..e + 3 of o and its lse, after the CTA's own warps: the weights of
+// core::merge_weights over all of them (m = max lse, w = exp(lse - m) / sum), in state order.
+// Two passes over the states' lse (L1 serves the second) so that no array is sized by a run-time
+// count.
+__device__ __forceinline__ void merge_prior_states(const PagedParams& p, const DecodeCta& c,
+                                                   const QueryRow& row, int e, float (&o)[4],
+                                                   float& lse) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const std::int64_t r = workspace_row(p, c.b, c.q_start, row.token);
+  const float* lse_at = p.prior_lse + r * p.prior_lse_row + row.head * p.prior_lse_head;
+  const float* o_at = p.prior_o + r * p.prior_o_row + row.head * p.prior_o_head + e;
+  float m = lse;
+  for (int s = 0; s < p.prior_states; ++s) m = fmaxf(m, lse_at[s * p.prior_lse_state]);
+  if (m == kNegInf) return;  // no key anywhere: o stays 0, lse -inf
+  float w = expf(lse - m), sum = w;
+  float acc[4];
+#pragma unroll
+  for (int v = 0; v < 4; ++v) acc[v] = w * o[v];
+  for (int s = 0; s < p.prior_states; ++s) {
+    const float ws = expf(lse_at[s * p.prior_lse_state] - m);
+    const float* x = o_at + s * p.prior_o_state;
+    sum += ws;
+#pragma unroll
+    for (int v = 0; v < 4; ++v) acc[v] += ws * x[v];
+  }
+  const float inv_sum = 1.0f / sum;
+#pragma unroll
+  for (int v = 0; v < 4; ++v) o[v] = acc[v] * inv_sum;
+  lse = m + logf(sum);
+}
+
 // The CTA's last step, shared by both kernels: `smem` holds each warp's normalised rows
 // (f32 [kWarps][kRows][kHeadDim]) and their lse ([kWarps][kRows]); they merge with the weights of
 // core::merge_weights taken over all warps at once (m = max lse, w = exp(lse - m) / sum; fixed
@@ -23,7 +55,11 @@ namespace flashkit::cuda::decode {
 // 4 with one 16-byte load. (Merging warp by warp per element took a merge_weights, 2 exp, a log
 // and 2 divisions, per warp and element: ~5-6 us per CTA at the end of every decode kernel,
 // measured with %globaltimer, as much as 4 steps of the key loop.)
-template <int kWarps, int kRows, int kHeadDim, int kThreads>
+// kFold: the kernel instance that folds PagedParams::prior_* in (merge_prior_states); the others
+// carry none of its code, so their register allocation is the plain kernels' (a run-time branch
+// here moved every decode kernel's and cost plain paged decode 3-4 %: docs/kernels/cascade.md,
+// v11).
+template <int kWarps, int kRows, int kHeadDim, int kThreads, bool kFold = false>
 __device__ __forceinline__ void merge_warps_and_store(const PagedParams& p, const DecodeCta& c,
                                                       const unsigned char* smem) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -45,7 +81,7 @@ __device__ __forceinline__ void merge_warps_and_store(const PagedParams& p, cons
       sum += weight[w];
     }
     const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
-    const float lse = sum > 0.0f ? m + logf(sum) : kNegInf;
+    float lse = sum > 0.0f ? m + logf(sum) : kNegInf;
     float o[4] = {};
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
@@ -54,6 +90,7 @@ __device__ __forceinline__ void merge_warps_and_store(const PagedParams& p, cons
       o[0] += wt * x.x, o[1] += wt * x.y, o[2] += wt * x.z, o[3] += wt * x.w;
     }
     const QueryRow row = query_row(p, c, r);
+    if constexpr (kFold) merge_prior_states(p, c, row, e, o, lse);
     if (p.ws_o != nullptr) {
       const std::int64_t at =
           workspace_index(p, c.split, workspace_row(p, c.b, c.q_start, row.token), row.head);

@@ -42,10 +42,13 @@ void launch_decode_variant(const PagedParams& p, cudaStream_t stream) {
   check_launch("paged decode kernel");
 }
 
-template <class KvElem, int kHeadDim, int kWarps>
+template <class KvElem, int kHeadDim, int kWarps, bool kFold = false>
 void launch_mma_variant(const PagedParams& p, cudaStream_t stream) {
   using Shape = MmaShape<KvElem, kHeadDim, kWarps>;
-  const auto kernel = paged_decode_mma_kernel<KvElem, kHeadDim, kWarps>;
+  if constexpr (!kFold && mma_folds<KvElem>(kWarps)) {
+    if (p.prior_states > 0) return launch_mma_variant<KvElem, kHeadDim, kWarps, true>(p, stream);
+  }
+  const auto kernel = paged_decode_mma_kernel<KvElem, kHeadDim, kWarps, kFold>;
   check_cuda(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes),
       "cudaFuncSetAttribute(paged decode mma kernel)");

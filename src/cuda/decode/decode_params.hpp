@@ -42,6 +42,17 @@ struct PagedParams {
   float* ws_lse;         // right after ws_o's block
   std::int64_t ws_rows;  // query rows per split: batch * q_len, or total_q when packed
 
+  // States merged into this call's own before out and lse are written (unsplit calls only;
+  // decode_backend.hpp's PriorStates): prior_states of them, 0: none. Query row r (as ws_rows
+  // counts them), head h of state s: o at prior_o + s * prior_o_state + r * prior_o_row +
+  // h * prior_o_head, lse at prior_lse + s * prior_lse_state + r * prior_lse_row +
+  // h * prior_lse_head.
+  const float* prior_o;
+  const float* prior_lse;
+  int prior_states;
+  std::int64_t prior_o_state, prior_o_row, prior_o_head;
+  std::int64_t prior_lse_state, prior_lse_row, prior_lse_head;
+
   int batch, q_len;  // q_len: max_seqlen_q when packed
   int heads_q, heads_kv, group, head_dim;
   int page_shift;  // page_size = 1 << page_shift (validation admits powers of two only)

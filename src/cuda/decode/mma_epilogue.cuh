@@ -10,7 +10,7 @@
 
 namespace flashkit::cuda::decode {
 
-template <class Shape>
+template <class Shape, bool kFold>
 __device__ __forceinline__ void mma_finish_cta(const PagedParams& p, const DecodeCta& c,
                                                MmaLane<Shape>& s, unsigned char* smem) {
   constexpr int kRows = Shape::kRowsPerCta, kHeadDim = Shape::kHeadDimV, kWarps = Shape::kWarps;
@@ -40,7 +40,7 @@ __device__ __forceinline__ void mma_finish_cta(const PagedParams& p, const Decod
   }
   if (t == 0) warp_lse[warp][g] = lse;
   __syncthreads();
-  merge_warps_and_store<kWarps, kRows, kHeadDim, Shape::kThreads>(p, c, smem);
+  merge_warps_and_store<kWarps, kRows, kHeadDim, Shape::kThreads, kFold>(p, c, smem);
 }
 
 }  // namespace flashkit::cuda::decode

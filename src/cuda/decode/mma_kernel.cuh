@@ -11,7 +11,9 @@
 
 namespace flashkit::cuda::decode {
 
-template <class KvElem, int kHeadDim, int kWarps>
+// kFold: out and lse merged with the call's prior states (PagedParams::prior_*) as they are
+// stored, an instance of its own (decode_epilogue.cuh, merge_warps_and_store).
+template <class KvElem, int kHeadDim, int kWarps, bool kFold = false>
 __global__ void __launch_bounds__(MmaShape<KvElem, kHeadDim, kWarps>::kThreads,
                                   MmaShape<KvElem, kHeadDim, kWarps>::kMinBlocks)
     paged_decode_mma_kernel(const __grid_constant__ PagedParams p) {
@@ -21,7 +23,7 @@ __global__ void __launch_bounds__(MmaShape<KvElem, kHeadDim, kWarps>::kThreads,
   extern __shared__ __align__(16) unsigned char smem[];  // Shape::kSmemBytes
   MmaLane<Shape> s;
   mma_stream_keys<KvElem>(p, c, s, smem);  // loads the queries once its first copies are issued
-  mma_finish_cta(p, c, s, smem);
+  mma_finish_cta<Shape, kFold>(p, c, s, smem);
 }
 
 }  // namespace flashkit::cuda::decode

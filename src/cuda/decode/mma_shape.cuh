@@ -22,6 +22,15 @@ using MmaWarpCounts = std::integer_sequence<int, 2, 3, 4, 8>;
 // would take 128 registers per lane, and it spills).
 using MmaHeadDims = std::integer_sequence<int, 64, 128>;
 
+// Whether the CTA shape has an instance that folds prior states into its output (cascade's
+// suffix level, mma_kernel.cuh's kFold): f16 and bf16 pages (the shared level of an e4m3 cache
+// runs on these kernels too, and merges), at the warp counts an unsplit plan picks (8 only
+// replaces two splits).
+template <class KvElem>
+constexpr bool mma_folds(int warps) {
+  return !std::is_same_v<KvElem, __nv_fp8_e4m3> && warps >= 2 && warps <= 4;
+}
+
 template <class KvElem, int kHeadDim, int kWarpsPerCta>
 struct MmaShape {
   static constexpr bool kFp8 = std::is_same_v<KvElem, __nv_fp8_e4m3>;

@@ -260,16 +260,53 @@ PagedParams make_params(const PagedAttentionArgs& a, const core::PagedDims& d) {
   return p;
 }
 
+// The kernel make_params chose has an instance that folds prior states (decode::mma_folds).
+bool folds(const PagedParams& p, DType kv) {
+  if (p.num_splits != 1 || p.mma_warps == 0) return false;
+  switch (kv) {
+    case DType::f16:
+      return decode::mma_folds<__half>(p.mma_warps);
+    case DType::bf16:
+      return decode::mma_folds<__nv_bfloat16>(p.mma_warps);
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
+bool paged_attention_folds(const PagedAttentionArgs& args, const core::PagedDims& dims) {
+  return folds(make_params(args, dims), args.kv.k_pages.dtype());
+}
+
 void paged_attention(const PagedAttentionArgs& args, const core::PagedDims& dims) {
+  paged_attention(args, dims, PriorStates{});
+}
+
+void paged_attention(const PagedAttentionArgs& args, const core::PagedDims& dims,
+                     const PriorStates& priors) {
   const int capability = current_device_capability("q", args.q.device());
   if (capability < 80) {
     core::fail("q.device", "compute capability >= 8.0 for the CUDA decode kernels",
                "sm_" + num(capability));
   }
   check_limits(args, dims);
-  const PagedParams p = make_params(args, dims);
+  PagedParams p = make_params(args, dims);
+  if (priors.states > 0) {
+    if (!folds(p, args.kv.k_pages.dtype())) {
+      core::fail("priors", "a call on a kernel that folds prior states (paged_attention_folds)",
+                 num(p.num_splits) + " key splits, " + num(p.mma_warps) + " tensor-core warps");
+    }
+    p.prior_o = priors.o;
+    p.prior_lse = priors.lse;
+    p.prior_states = priors.states;
+    p.prior_o_state = priors.o_state;
+    p.prior_o_row = priors.o_row;
+    p.prior_o_head = priors.o_head;
+    p.prior_lse_state = priors.lse_state;
+    p.prior_lse_row = priors.lse_row;
+    p.prior_lse_head = priors.lse_head;
+  }
   if (p.batch == 0 || p.q_len == 0 || p.ws_rows == 0) return;  // no query: nothing to write
   const auto stream = static_cast<cudaStream_t>(args.stream);
   switch (args.kv.k_pages.dtype()) {
