@@ -388,14 +388,14 @@ void run_on_device(const CascadeAttentionArgs& a, const Workspace& ws) {
   // head), or to another decode kernel, keeps the merge.
   PagedAttentionArgs suffix = level_args(a, a.q, a.suffix, a.mask, a.out, a.lse);
   suffix.num_splits = 1;
-  const core::PagedDims direct_dims = validate_level(suffix, "suffix");
-  const bool fold = !fork && d.q_len == 1 && !cuda::paged_fwd_preferred(suffix, direct_dims) &&
-                    cuda::paged_attention_folds(suffix, direct_dims);
+  core::PagedDims suffix_dims = validate_level(suffix, "suffix");
+  const bool fold = !fork && d.q_len == 1 && !cuda::paged_fwd_preferred(suffix, suffix_dims) &&
+                    cuda::paged_attention_folds(suffix, suffix_dims);
   if (!fold) {
     suffix = suffix_into(a, ws, split.key_splits);
     suffix.num_splits = 1;
+    suffix_dims = validate_level(suffix, "suffix");  // its out and lse are the workspace's
   }
-  const core::PagedDims suffix_dims = validate_level(suffix, "suffix");
   if (ws.rows() == 0) return;
 
   if (fork) {
