@@ -84,7 +84,7 @@ struct PagedRowSource : PagedSourceCommon {
       if (lane < kPages && key0 + 16 * lane < k.seq_len) {
         page = k.table[((key0 >> kPage16Shift) + lane) * int(kv.table_page)];
       }
-      const int rows_left = k.seq_len - key0 - r0;  // pass j's row exists if j * rows < this
+      const int rows_left = k.seq_len - key0 - r0;  // pass j copies if j * kRowsPerPass < it
       const std::uint64_t row_base = chunk_base + std::uint64_t(std::uint32_t(r0)) * slot_bytes;
       std::uint64_t page_base = row_base;
 #pragma unroll
