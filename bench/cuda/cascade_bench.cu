@@ -15,8 +15,8 @@
 // and, for the first configuration, diagnostic rows: the shared level's key splits capped at 8
 // and 4 (FLASHKIT_CASCADE_SPLITS), on one stream and on two; and those that split the cascade's
 // time: the same call with an empty prefix (both levels' launches, the suffix level's keys), the
-// suffix level alone and twice in one graph (a kernel boundary), the shared level alone with its
-// prefix and with none.
+// suffix level alone, twice in one graph (a kernel boundary) and folding 8 or 1 prior states,
+// the shared level alone with its prefix and with none.
 // Each call is captured in a CUDA graph and timed with CUDA events after a warm-up, median of
 // 30; the pool is rotated over copies when one is under 3x the L2. The cascade's output is
 // checked against plain paged decode's (every element) and both against a double-precision host
@@ -33,6 +33,9 @@
 //                          [--config ...]              suffix S: for profiling one shape)
 //   flashkit_cascade_bench ... --page N               (pages of N tokens, a power of two from 1
 //                                                      to 256, instead of 16)
+//   flashkit_cascade_bench ... --timeline             (also the first configuration's steps and
+//                                                      levels kernel by kernel, from CUPTI:
+//                                                      DIR/cascade_timeline.json)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -57,6 +60,7 @@
 #include "cuda/decode/decode_backend.hpp"
 #include "cuda/paged_fwd.hpp"
 #include "flashkit/flashkit.hpp"
+#include "kernel_timeline.hpp"
 
 namespace {
 
@@ -84,8 +88,9 @@ double bf16_bits(std::uint16_t b) {
   return f;
 }
 
-// One graph per input set of `call`; the median time of replaying them in turn.
-double graph_ms(const std::vector<std::function<void()>>& calls, cudaStream_t stream) {
+// One graph per input set of `call`.
+std::vector<cudaGraphExec_t> capture_graphs(const std::vector<std::function<void()>>& calls,
+                                            cudaStream_t stream) {
   std::vector<cudaGraphExec_t> graphs;
   for (const auto& call : calls) {
     cudaGraph_t g = nullptr;
@@ -97,6 +102,12 @@ double graph_ms(const std::vector<std::function<void()>>& calls, cudaStream_t st
     cudaGraphDestroy(g);
     graphs.push_back(exec);
   }
+  return graphs;
+}
+
+// The median time of replaying the graphs of `calls` in turn.
+double graph_ms(const std::vector<std::function<void()>>& calls, cudaStream_t stream) {
+  const std::vector<cudaGraphExec_t> graphs = capture_graphs(calls, stream);
   const double ms = median_ms(
       [&](int i) {
         check(cudaGraphLaunch(graphs[std::size_t(i) % graphs.size()], stream), "graph launch");
@@ -119,6 +130,16 @@ struct Config {
   }
   double kv_bytes_per_token() const { return 2.0 * kTokenElems * 2; }
 };
+
+// --timeline: the first configuration's cascade steps and levels kernel by kernel as well
+// (DIR/cascade_timeline.json).
+bool timeline = false;
+struct TimelineRow {
+  std::string impl;
+  Config c;
+  Timeline t;
+};
+std::vector<TimelineRow> timelines;
 
 struct CascadeRow {
   std::string impl;
@@ -359,6 +380,45 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
     };
     rows.push_back({"diag-suffix-level-only", c, per_set(suffix_level),
                     c.batch * double(c.suffix) * bpt, -1, -1});
+    // The suffix level on the kernel instance that folds the shared level's states in (as the
+    // one-stream step runs it), with `states` of them from the workspace, read warm: what the
+    // fold costs by itself.
+    auto suffix_fold = [&](int states) {
+      return [&, states](int s) {
+        const std::function<void()> plain = suffix_level(s);
+        flashkit::PagedAttentionArgs a;
+        a.q = q_t;
+        a.out = Tensor(out_paged.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
+        a.kv.k_pages = k_t;
+        a.kv.v_pages = v_t;
+        a.kv.block_table = Tensor(d_suffix->as<std::int32_t>() + std::int64_t(s) * c.batch * sp,
+                                  DType::i32, {c.batch, sp}, dev);
+        a.kv.seq_lens = Tensor(d_suffix_lens->p, DType::i32, {c.batch}, dev);
+        a.mask.causal = true;
+        a.num_splits = 1;
+        a.stream = stream;
+        const flashkit::core::PagedDims dims = flashkit::core::validate_paged(a, 1);
+        const std::int64_t o_elems = std::int64_t(c.batch) * kHeadsQ * kDim;
+        const std::int64_t lse_elems = std::int64_t(c.batch) * kHeadsQ;
+        const std::int64_t ws_states = cascade_elems / (o_elems + lse_elems);
+        flashkit::cuda::PriorStates priors;
+        priors.o = cascade_ws.as<float>();
+        priors.lse = cascade_ws.as<float>() + ws_states * o_elems;
+        priors.states = states;
+        priors.o_state = o_elems;
+        priors.o_row = kHeadsQ * kDim;
+        priors.o_head = kDim;
+        priors.lse_state = lse_elems;
+        priors.lse_row = 1;
+        priors.lse_head = c.batch;
+        return std::function<void()>(
+            [a, dims, priors] { flashkit::cuda::paged_attention(a, dims, priors); });
+      };
+    };
+    for (int states : {8, 1}) {
+      rows.push_back({"diag-suffix-level-fold" + std::to_string(states), c,
+                      per_set(suffix_fold(states)), c.batch * double(c.suffix) * bpt, -1, -1});
+    }
     // The same kernel twice in one graph: what a kernel boundary between two such levels costs.
     rows.push_back({"diag-suffix-level-twice", c, per_set([&](int s) {
                       const std::function<void()> once = suffix_level(s);
@@ -379,27 +439,51 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
     split.out_stride = o_elems;
     split.lse_stride = rows_q * kHeadsQ;
     split.pack_gqa = true;
+    auto shared_level = [&](bool empty) {
+      return [&, empty](int s) {
+        flashkit::PagedAttentionArgs a;
+        a.q = Tensor(q.p, DType::bf16, {1, rows_q, kHeadsQ, kDim}, dev);
+        a.out = Tensor(cascade_ws.p, DType::f32, {1, rows_q, kHeadsQ, kDim}, dev);
+        a.lse = Tensor(cascade_ws.as<float>() + states * o_elems, DType::f32, {1, kHeadsQ, rows_q},
+                       {rows_q * kHeadsQ, rows_q, 1}, dev);
+        a.kv.k_pages = k_t;
+        a.kv.v_pages = v_t;
+        a.kv.block_table = Tensor(d_shared->as<std::int32_t>() + s * std::max(pp, 1), DType::i32,
+                                  {1, std::max(pp, 1)}, dev);
+        a.kv.seq_lens =
+            Tensor(d_prefix_len->as<std::int32_t>() + (empty ? 1 : 0), DType::i32, {1}, dev);
+        a.stream = stream;
+        const flashkit::core::PagedDims dims = flashkit::core::validate_paged(a, 1);
+        return std::function<void()>(
+            [a, dims, split] { flashkit::cuda::paged_fwd(a, dims, split); });
+      };
+    };
     for (bool empty : {false, true}) {
       rows.push_back({empty ? "diag-shared-level-only-empty-prefix" : "diag-shared-level-only", c,
-                      per_set([&](int s) {
-                        flashkit::PagedAttentionArgs a;
-                        a.q = Tensor(q.p, DType::bf16, {1, rows_q, kHeadsQ, kDim}, dev);
-                        a.out = Tensor(cascade_ws.p, DType::f32, {1, rows_q, kHeadsQ, kDim}, dev);
-                        a.lse = Tensor(cascade_ws.as<float>() + states * o_elems, DType::f32,
-                                       {1, kHeadsQ, rows_q}, {rows_q * kHeadsQ, rows_q, 1}, dev);
-                        a.kv.k_pages = k_t;
-                        a.kv.v_pages = v_t;
-                        a.kv.block_table =
-                            Tensor(d_shared->as<std::int32_t>() + s * std::max(pp, 1), DType::i32,
-                                   {1, std::max(pp, 1)}, dev);
-                        a.kv.seq_lens = Tensor(d_prefix_len->as<std::int32_t>() + (empty ? 1 : 0),
-                                               DType::i32, {1}, dev);
-                        a.stream = stream;
-                        const flashkit::core::PagedDims dims = flashkit::core::validate_paged(a, 1);
-                        return std::function<void()>(
-                            [a, dims, split] { flashkit::cuda::paged_fwd(a, dims, split); });
-                      }),
-                      empty ? 0.0 : double(c.prefix) * bpt, -1, -1});
+                      per_set(shared_level(empty)), empty ? 0.0 : double(c.prefix) * bpt, -1, -1});
+    }
+    if (timeline) {
+      // Kernel by kernel (kernel_timeline.hpp): the cascade's step on one stream and on two, over
+      // an empty prefix, and its levels alone.
+      auto record = [&](const std::string& impl,
+                        const std::function<std::function<void()>(int)>& make) {
+        std::vector<std::function<void()>> calls;
+        for (int s = 0; s < sets; ++s) calls.push_back(make(s));
+        const std::vector<cudaGraphExec_t> graphs = capture_graphs(calls, stream);
+        timelines.push_back({impl, c, graph_timeline(graphs, stream, 30)});
+        for (cudaGraphExec_t e : graphs) cudaGraphExecDestroy(e);
+      };
+      record("flashkit-cascade", [&](int s) { return cascade_call(s, flashkit::Algo::automatic); });
+      record("flashkit-cascade-2stream",
+             [&](int s) { return cascade_call(s, flashkit::Algo::automatic, false, side_stream); });
+      record("diag-cascade-empty-prefix", [&](int s) {
+        return cascade_call(s, flashkit::Algo::automatic, /*empty_prefix=*/true);
+      });
+      record("diag-suffix-level-only", suffix_level);
+      record("diag-suffix-level-fold8", suffix_fold(8));
+      record("diag-suffix-level-fold1", suffix_fold(1));
+      record("diag-shared-level-only", shared_level(false));
+      record("diag-shared-level-only-empty-prefix", shared_level(true));
     }
   }
   return rows;
@@ -477,6 +561,30 @@ std::vector<PrefillRow> run_prefill_config(int batch, int kv_len, int q_len, cud
   return rows;
 }
 
+// The kernels of each timed graph in start order (kernel_timeline.hpp), as JSON and a table.
+void write_timelines(const std::string& path, const std::string& head) {
+  std::ofstream f(path);
+  f << "{\"suite\": \"cascade_timeline\", " << head << ",\n \"rows\": [";
+  for (std::size_t i = 0; i < timelines.size(); ++i) {
+    const TimelineRow& r = timelines[i];
+    std::printf("\n%s (batch %d, prefix %d, suffix %d): span %.1f us\n", r.impl.c_str(), r.c.batch,
+                r.c.prefix, r.c.suffix, r.t.span_us);
+    f << (i ? ",\n  " : "\n  ") << "{\"impl\": \"" << r.impl
+      << "\", \"config\": {\"batch\": " << r.c.batch << ", \"prefix\": " << r.c.prefix
+      << ", \"suffix\": " << r.c.suffix << ", \"page_size\": " << page_size
+      << "}, \"span_us\": " << r.t.span_us << ", \"kernels\": [";
+    for (std::size_t k = 0; k < r.t.steps.size(); ++k) {
+      const TimelineStep& s = r.t.steps[k];
+      std::printf("  start %7.1f  duration %7.1f  gap %6.1f us  %s\n", s.start_us, s.duration_us,
+                  s.gap_us, s.name.c_str());
+      f << (k ? ", " : "") << "{\"kernel\": \"" << s.name << "\", \"start_us\": " << s.start_us
+        << ", \"duration_us\": " << s.duration_us << ", \"gap_us\": " << s.gap_us << "}";
+    }
+    f << "]}";
+  }
+  f << "\n]}\n";
+}
+
 std::string versions_json() {
   int runtime = 0, driver = 0;
   cudaRuntimeGetVersion(&runtime);
@@ -505,6 +613,8 @@ int main(int argc, char** argv) {
     } else if (a == "--page" && i + 1 < argc && std::sscanf(argv[i + 1], "%d", &page_size) == 1 &&
                page_size >= 1 && page_size <= 256 && (page_size & (page_size - 1)) == 0) {
       ++i;
+    } else if (a == "--timeline" && timeline_available()) {
+      timeline = true;
     } else if (a == "--config" && i + 1 < argc &&
                std::sscanf(argv[i + 1], "%d,%d,%d", &c.batch, &c.prefix, &c.suffix) == 3 &&
                c.batch > 0 && c.prefix >= 0 && c.prefix % page_size == 0 && c.suffix > 0) {
@@ -516,9 +626,10 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: %s --out DIR [--commit SHA] [--page N] [--config BATCH,PREFIX,SUFFIX ...]\n"
+          "          [--timeline]\n"
           "  (N a power of two <= 256, given before --config; PREFIX a multiple of %d,\n"
-          "  SUFFIX >= 1)\n",
-          argv[0], page_size);
+          "  SUFFIX >= 1; --timeline where built with CUPTI: %s)\n",
+          argv[0], page_size, timeline_available() ? "yes" : "no");
       return 2;
     }
   }
@@ -572,6 +683,7 @@ int main(int argc, char** argv) {
     }
     f << "\n]}\n";
     f.close();
+    if (timeline) write_timelines(dir + "/cascade_timeline.json", head);
 
     cudaStreamDestroy(side_stream);
     if (chosen) {
