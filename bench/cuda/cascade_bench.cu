@@ -23,9 +23,10 @@
 // reference (request 0 and the last, KV head 0's query heads) before the time is kept.
 //
 // The second suite, paged_prefill, times paged_attention with q_len new tokens per sequence
-// (causal, bottom-right) on the decode kernels and on the tensor-core paged forward
-// (cuda/paged_fwd.hpp), both called directly, and paged_attention itself (which routes calls
-// of more than 128 query rows per KV head to the tensor cores, a threshold taken from this suite).
+// (causal, bottom-right; batches 1, 4 and 16 over 4096 cached tokens) on the decode kernels and
+// on the tensor-core paged forward (cuda/paged_fwd.hpp), both called directly, and
+// paged_attention itself (which routes calls between the two by thresholds taken from this
+// suite: cuda/paged_fwd.cpp, paged_fwd_preferred).
 //
 //   flashkit_cascade_bench --out DIR [--commit SHA]   (writes DIR/cascade.json,
 //                                                      DIR/paged_prefill.json)
@@ -691,8 +692,10 @@ int main(int argc, char** argv) {
       return ok ? 0 : 1;
     }
     std::vector<PrefillRow> prefill;
-    for (int q_len : {1, 4, 16, 32, 48, 64, 256, 1024}) {
-      for (PrefillRow& r : run_prefill_config(4, 4096, q_len, stream)) prefill.push_back(r);
+    for (int batch : {1, 4, 16}) {
+      for (int q_len : {1, 4, 8, 16, 32, 48, 64, 256, 1024}) {
+        for (PrefillRow& r : run_prefill_config(batch, 4096, q_len, stream)) prefill.push_back(r);
+      }
     }
     std::ofstream g(dir + "/paged_prefill.json");
     g << "{\"suite\": \"paged_prefill\", " << head << ",\n \"rows\": [";

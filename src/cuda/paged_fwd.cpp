@@ -152,12 +152,16 @@ int sm90_box_rows(const core::PagedDims& d, const PagedFwdOptions& o, int block_
 }
 
 // Query rows per KV head (q_len * GQA group) up to which the decode kernels beat the tensor-core
-// paged forward. Measured on the H200 (batch 4, 4096 cached tokens, GQA 32/8, d 128, causal;
-// bench/results/h200/paged_prefill.json): the tensor-core time is flat up to 256 rows (one
-// 128-row tile per (sequence, query head) walks all 4096 keys): sm80 kernel 0.24 ms, sm90 0.107;
-// the decode kernels take 0.086 ms at 64 rows, 0.154 at 128, 0.30 at 192.
+// paged forward. sm80: measured on the H200 (batch 4, 4096 cached tokens, GQA 32/8, d 128,
+// causal; bench/results/h200/paged_prefill.json): the tensor-core time is flat up to 256 rows
+// (one 128-row tile per (sequence, query head) walks all 4096 keys), 0.24 ms; the decode kernels
+// take 0.086 ms at 64 rows, 0.154 at 128, 0.30 at 192. sm90, since its cache-row copies' v16
+// (docs/kernels/cascade.md; H100, bench/results/h100/ab/paged_prefill_crossover.json, the same
+// shape at batches 1, 4, 16), decode / tensor-core us: at 32 rows 62.8 / 60.1, 64.2 / 63.9,
+// 142.8 / 250.4; at 64 rows 62.9 / 60.1, 74.6 / 63.9, 276.6 / 249.9. The line lies between 32
+// and 64 rows (~35 at batch 4, ~56 at batch 16): 48.
 constexpr std::int64_t kDecodeMaxRowsSm80 = 128;
-constexpr std::int64_t kDecodeMaxRowsSm90 = 64;
+constexpr std::int64_t kDecodeMaxRowsSm90 = 48;
 
 }  // namespace
 

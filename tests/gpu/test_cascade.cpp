@@ -549,12 +549,13 @@ TEST(CudaPagedForward, HeadDim256InTheA100TileShape) {
   check_paged_forward(s);
 }
 
-// paged_attention runs calls of more than 128 query rows per KV head (q_len * group; 64 where
+// paged_attention runs calls of more than 128 query rows per KV head (q_len * group; 48 where
 // the sm90 kernel runs them) on the paged forward, the rest on the decode kernels: both sides of
-// both lines against the oracle. (Rows padded by 3 elements, as PagedSpec::strided makes them, are
-// refused by both CUDA paths: not 16-byte aligned.)
+// both lines against the oracle (group 4: q_len 12 and 13, 32 and 33). (Rows padded by 3
+// elements, as PagedSpec::strided makes them, are refused by both CUDA paths: not 16-byte
+// aligned.)
 TEST(CudaPagedForward, PagedAttentionRoutesLongQueryBlocksHere) {
-  for (std::int64_t q_len : {16, 17, 32, 33, 200}) {
+  for (std::int64_t q_len : {12, 13, 32, 33, 200}) {
     const PagedSpec s = forward_spec(DType::bf16, 16, 4, q_len);
     SCOPED_TRACE(s.name());
     const PagedCase c = make_paged_case(s);
