@@ -365,7 +365,8 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
                       return cascade_call(s, flashkit::Algo::automatic, /*empty_prefix=*/true);
                     }),
                     c.batch * double(c.suffix) * bpt, -1, -1});
-    auto suffix_level = [&](int s) {
+    // The suffix level of input set s as the cascade runs it: unsplit paged decode.
+    auto suffix_args = [&](int s) {
       flashkit::PagedAttentionArgs a;
       a.q = q_t;
       a.out = Tensor(out_paged.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
@@ -375,8 +376,12 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
                                 DType::i32, {c.batch, sp}, dev);
       a.kv.seq_lens = Tensor(d_suffix_lens->p, DType::i32, {c.batch}, dev);
       a.mask.causal = true;
-      a.num_splits = 1;  // as the cascade's suffix level
+      a.num_splits = 1;
       a.stream = stream;
+      return a;
+    };
+    auto suffix_level = [&](int s) {
+      const flashkit::PagedAttentionArgs a = suffix_args(s);
       return std::function<void()>([a] { flashkit::paged_attention(a); });
     };
     rows.push_back({"diag-suffix-level-only", c, per_set(suffix_level),
@@ -386,18 +391,7 @@ std::vector<CascadeRow> run_cascade_config(const Config& c, int sms, double l2_b
     // fold costs by itself.
     auto suffix_fold = [&](int states) {
       return [&, states](int s) {
-        const std::function<void()> plain = suffix_level(s);
-        flashkit::PagedAttentionArgs a;
-        a.q = q_t;
-        a.out = Tensor(out_paged.p, DType::bf16, {c.batch, 1, kHeadsQ, kDim}, dev);
-        a.kv.k_pages = k_t;
-        a.kv.v_pages = v_t;
-        a.kv.block_table = Tensor(d_suffix->as<std::int32_t>() + std::int64_t(s) * c.batch * sp,
-                                  DType::i32, {c.batch, sp}, dev);
-        a.kv.seq_lens = Tensor(d_suffix_lens->p, DType::i32, {c.batch}, dev);
-        a.mask.causal = true;
-        a.num_splits = 1;
-        a.stream = stream;
+        const flashkit::PagedAttentionArgs a = suffix_args(s);
         const flashkit::core::PagedDims dims = flashkit::core::validate_paged(a, 1);
         const std::int64_t o_elems = std::int64_t(c.batch) * kHeadsQ * kDim;
         const std::int64_t lse_elems = std::int64_t(c.batch) * kHeadsQ;
