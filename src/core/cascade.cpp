@@ -384,8 +384,8 @@ void run_on_device(const CascadeAttentionArgs& a, const Workspace& ws) {
       side_stream && tensor_cores &&
       2 * shared_ctas(ws, shared_dims, split) <= cuda::multiprocessor_count(a.q.device());
   // The decode kernels' fold instances take it (f16 / bf16 pages, 2-4 warps a CTA); a suffix
-  // level that paged_attention would send to the tensor-core forward (over 128 query rows a KV
-  // head), or to another decode kernel, keeps the merge.
+  // level that paged_attention would send to the tensor-core forward (paged_fwd_preferred: over
+  // 48 query rows a KV head on sm90, 128 on sm80), or to another decode kernel, keeps the merge.
   PagedAttentionArgs suffix = level_args(a, a.q, a.suffix, a.mask, a.out, a.lse);
   suffix.num_splits = 1;
   core::PagedDims suffix_dims = validate_level(suffix, "suffix");
