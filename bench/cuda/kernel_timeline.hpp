@@ -1,8 +1,9 @@
 // Where a CUDA graph's time goes, kernel by kernel: CUPTI's kernel activity records (GPU start
 // and end of every kernel, those of graph replays included, without serialising them) over
 // `replays` launches of each graph, grouped into replays and summarised per kernel position as
-// medians: its start after the replay's first kernel started, its duration, and the gap since
-// the kernel before it ended (negative where two overlap on different streams).
+// medians: its start after the replay's first kernel started (and that start's range), its
+// duration, and the gap since the kernel before it ended (negative where two overlap on
+// different streams).
 // Built where CMake finds CUPTI (FLASHKIT_BENCH_CUPTI); elsewhere `available()` is false.
 #pragma once
 
@@ -32,6 +33,7 @@ struct KernelSpan {
 struct TimelineStep {
   std::string name;                      // the kernel's name without namespaces (short_name)
   double start_us, duration_us, gap_us;  // medians over the replays
+  double start_min_us, start_max_us;     // the start's range over the replays
 };
 
 struct Timeline {
@@ -135,22 +137,48 @@ inline Timeline graph_timeline(const std::vector<cudaGraphExec_t>& graphs, cudaS
     throw std::runtime_error("timeline: " + std::to_string(all.size()) + " kernels over " +
                              std::to_string(replays) + " replays");
   const std::size_t per = all.size() / std::size_t(replays);
+  // A replay's kernels in start order, each known by its name and its count among the replay's
+  // kernels of that name (where two streams overlap, their order can change between replays).
+  auto keyed = [&](std::size_t r) {
+    std::vector<std::pair<std::string, const KernelSpan*>> out;
+    for (std::size_t i = 0; i < per; ++i) {
+      const KernelSpan& k = all[r * per + i];
+      int seen = 0;
+      for (const auto& o : out) seen += o.second->name == k.name;
+      out.emplace_back(k.name + "#" + std::to_string(seen), &k);
+    }
+    return out;
+  };
+  const auto order = keyed(0);
   Timeline t;
   std::vector<double> spans_us;
   std::vector<std::vector<double>> start(per), duration(per), gap(per);
   for (std::size_t r = 0; r < std::size_t(replays); ++r) {
-    const KernelSpan* k = &all[r * per];
-    std::uint64_t last_end = k[0].start_ns;
+    const auto ks = keyed(r);
+    const std::uint64_t first = ks[0].second->start_ns;
+    std::uint64_t last_end = first;
+    for (const auto& k : ks) last_end = std::max(last_end, k.second->end_ns);
     for (std::size_t i = 0; i < per; ++i) {
-      start[i].push_back((double(k[i].start_ns) - double(k[0].start_ns)) * 1e-3);
-      duration[i].push_back((double(k[i].end_ns) - double(k[i].start_ns)) * 1e-3);
-      gap[i].push_back(i ? (double(k[i].start_ns) - double(k[i - 1].end_ns)) * 1e-3 : 0.0);
-      last_end = std::max(last_end, k[i].end_ns);
+      const auto at = std::find_if(ks.begin(), ks.end(),
+                                   [&](const auto& k) { return k.first == order[i].first; });
+      if (at == ks.end()) throw std::runtime_error("timeline: replays ran different kernels");
+      const KernelSpan& k = *at->second;
+      start[i].push_back((double(k.start_ns) - double(first)) * 1e-3);
+      duration[i].push_back((double(k.end_ns) - double(k.start_ns)) * 1e-3);
+      // The gap since the kernel before it in the first replay's order ended.
+      const KernelSpan& before =
+          i ? *std::find_if(ks.begin(), ks.end(),
+                            [&](const auto& o) { return o.first == order[i - 1].first; })
+                   ->second
+            : k;
+      gap[i].push_back(i ? (double(k.start_ns) - double(before.end_ns)) * 1e-3 : 0.0);
     }
-    spans_us.push_back((double(last_end) - double(k[0].start_ns)) * 1e-3);
+    spans_us.push_back((double(last_end) - double(first)) * 1e-3);
   }
   for (std::size_t i = 0; i < per; ++i) {
-    t.steps.push_back({all[i].name, median(start[i]), median(duration[i]), median(gap[i])});
+    const auto [lo, hi] = std::minmax_element(start[i].begin(), start[i].end());
+    t.steps.push_back(
+        {order[i].second->name, median(start[i]), median(duration[i]), median(gap[i]), *lo, *hi});
   }
   t.span_us = median(spans_us);
   return t;

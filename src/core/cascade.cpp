@@ -399,11 +399,17 @@ void run_on_device(const CascadeAttentionArgs& a, const Workspace& ws) {
   if (ws.rows() == 0) return;
 
   if (fork) {
-    cuda::stream_wait(a.side_stream, a.stream);  // the suffix level's inputs are on `stream`
+    // The suffix level starts once every CTA of the shared level has (its inputs are on
+    // `stream`, queued before): were the two free to start in either order, the suffix level's
+    // 4-per-SM CTAs, started first, would fill every SM, and the shared level's one-per-SM CTAs
+    // would wait for them to drain (H100, batch 64 / 4k / 256: the shared level started ~24 us
+    // into the step in most replays; docs/kernels/cascade.md, v21).
+    split.started = cuda::started_event();
     suffix.stream = a.side_stream;
   }
   if (tensor_cores) {
     cuda::paged_fwd(shared, shared_dims, split);
+    if (fork) cuda::stream_wait_started(a.side_stream);
   } else {
     paged_attention(shared);
   }

@@ -9,6 +9,7 @@
 
 #include "core/softmax_state.hpp"
 #include "core/validate.hpp"
+#include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/sm80/fwd_sm80.hpp"
@@ -229,10 +230,15 @@ void paged_fwd(const PagedAttentionArgs& a, const core::PagedDims& d, const Page
 #if FLASHKIT_HAVE_SM90
   if (paged_fwd_kernel(a, d, o) == PagedFwdKernel::sm90) {
     const int box_rows = sm90_box_rows(d, o, sm90::fwd_paged_block_n(int(d.head_dim)));
-    return sm90::fwd_paged(a, fwd_params(a, d, o), kv_params(a, d, o), box_rows, stream);
+    return sm90::fwd_paged(a, fwd_params(a, d, o), kv_params(a, d, o), box_rows, stream,
+                           static_cast<cudaEvent_t>(o.started));
   }
 #endif
   sm80::fwd_paged(fwd_params(a, d, o), kv_params(a, d, o), stream);
+  // The sm80 launch records it once done: later than its CTAs' start, never earlier.
+  if (o.started != nullptr) {
+    check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(o.started), stream), "cudaEventRecord");
+  }
 }
 
 }  // namespace flashkit::cuda

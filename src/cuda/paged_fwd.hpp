@@ -32,6 +32,9 @@ struct PagedFwdOptions {
   std::int64_t out_stride = 0, lse_stride = 0;
   bool pack_gqa = false;
   PagedFwdKernel kernel = PagedFwdKernel::automatic;
+  // A cudaEvent_t (timing disabled) the launch records once every CTA has begun (a launch
+  // completion event; stream_wait.hpp's started_event), or nullptr.
+  void* started = nullptr;
 };
 
 // "" when paged_fwd can run this validated call, else why not: the current device sm80+, q and

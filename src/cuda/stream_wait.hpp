@@ -8,4 +8,11 @@ namespace flashkit::cuda {
 
 void stream_wait(void* waiting, void* signalling);
 
+// A kernel whose launch records `started_event()` (PagedFwdOptions::started: every CTA of it
+// has begun) lets another stream run beside it rather than after it: stream_wait_started(side)
+// after that launch. Without it, a graph's two branches start in either order, and a branch of
+// many small CTAs started first leaves the other's large CTAs no SM until it drains.
+void* started_event();
+void stream_wait_started(void* waiting);
+
 }  // namespace flashkit::cuda

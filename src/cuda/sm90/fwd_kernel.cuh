@@ -138,12 +138,30 @@ __global__ void __launch_bounds__(FwdCta<T, kStreams>::kThreads, FwdCta<T, kStre
   if (threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();  // out is complete when the kernel ends
 }
 
+// started: an event the launch records once every CTA has begun (a launch completion event), or
+// nullptr.
 template <class Kernel, class Source>
 void launch_grid(Kernel kernel, dim3 grid, int threads, int smem_bytes, const FwdParams& p,
-                 const FwdMaps& maps, const Source& src, cudaStream_t stream) {
+                 const FwdMaps& maps, const Source& src, cudaStream_t stream,
+                 cudaEvent_t started = nullptr) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
              "sm90 forward: shared memory limit");
-  kernel<<<grid, threads, smem_bytes, stream>>>(p, maps, src);
+  if (started == nullptr) {
+    kernel<<<grid, threads, smem_bytes, stream>>>(p, maps, src);
+  } else {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeLaunchCompletionEvent;
+    attribute.val.launchCompletionEvent.event = started;
+    attribute.val.launchCompletionEvent.flags = 0;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = dim3(unsigned(threads));
+    config.dynamicSmemBytes = std::size_t(smem_bytes);
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    check_cuda(cudaLaunchKernelEx(&config, kernel, p, maps, src), "sm90 forward kernel");
+  }
   check_launch("sm90 forward kernel");
 }
 
@@ -200,7 +218,7 @@ void launch_fwd(const FwdParams& p, const FwdMaps& maps, FwdShape shape, int mul
 // sequences' key counts.
 template <class Elem, int kHeadDim, class Source>
 void launch_fwd_paged(const FwdParams& p, const FwdMaps& maps, const Source& src,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, cudaEvent_t started) {
   constexpr FwdShape s = fwd_paged_shape(kHeadDim);
   using T = FwdTraits<Elem, kHeadDim, s.consumers, s.block_n>;
   if (FwdWalk<T::kBlockM, false>(p).units(p) == 0) return;
@@ -208,7 +226,7 @@ void launch_fwd_paged(const FwdParams& p, const FwdMaps& maps, const Source& src
   const dim3 grid(unsigned(FwdWalk<T::kBlockM, false>(p).q_tiles), unsigned(p.heads_q),
                   unsigned(p.batch));
   launch_grid(fwd_kernel<T, false, Source, 1>, grid, T::kThreads, T::kSmemBytes, p, maps, src,
-              stream);
+              stream, started);
 }
 
 }  // namespace flashkit::cuda::sm90

@@ -21,7 +21,7 @@ void launch_fwd(const FwdParams& p, const FwdMaps& maps, FwdShape shape, int mul
                 cudaStream_t stream);  // fwd_kernel.cuh
 template <class Elem, int kHeadDim, class Source>
 void launch_fwd_paged(const FwdParams& p, const FwdMaps& maps, const Source& src,
-                      cudaStream_t stream);  // fwd_kernel.cuh
+                      cudaStream_t stream, cudaEvent_t started);  // fwd_kernel.cuh
 
 namespace {
 
@@ -89,7 +89,7 @@ int fwd_paged_block_n(int head_dim) {
 }
 
 void fwd_paged(const PagedAttentionArgs& a, const FwdParams& p, const sm80::PagedKvParams& kv,
-               int box_rows, cudaStream_t stream) {
+               int box_rows, cudaStream_t stream, cudaEvent_t started) {
   const FwdShape shape = fwd_paged_shape(p.head_dim);
   const bool store_out = p.out_dtype == p.in_dtype && kv.q_pack == 1 && kv.key_splits == 1;
   const FwdMaps maps = make_paged_fwd_maps(a, kv.q_pack, shape.block_m(), box_rows, store_out);
@@ -97,10 +97,10 @@ void fwd_paged(const PagedAttentionArgs& a, const FwdParams& p, const sm80::Page
     using Elem = decltype(elem);
     constexpr int kHeadDim = decltype(head_dim)::value;
     if (box_rows == 0) {
-      launch_fwd_paged<Elem, kHeadDim>(p, maps, PagedRowSource{{kv}}, stream);
+      launch_fwd_paged<Elem, kHeadDim>(p, maps, PagedRowSource{{kv}}, stream, started);
     } else {
       launch_fwd_paged<Elem, kHeadDim>(
-          p, maps, PagedSource{{kv}, box_rows, int(a.kv.k_pages.size(0))}, stream);
+          p, maps, PagedSource{{kv}, box_rows, int(a.kv.k_pages.size(0))}, stream, started);
     }
   });
 }

@@ -29,7 +29,8 @@ void fwd(const AttentionArgs& a, const core::ProblemDims& d, const FwdParams& p,
 // boxes: fwd_kv_source.cuh).
 int fwd_paged_block_m(int head_dim);  // query rows per tile: 64 at d = 64, 128 otherwise
 int fwd_paged_block_n(int head_dim);
+// started: recorded once every CTA has begun (PagedFwdOptions::started), or nullptr.
 void fwd_paged(const PagedAttentionArgs& a, const FwdParams& p, const sm80::PagedKvParams& kv,
-               int box_rows, cudaStream_t stream);
+               int box_rows, cudaStream_t stream, cudaEvent_t started);
 
 }  // namespace flashkit::cuda::sm90
