@@ -322,12 +322,12 @@ std::int64_t split_cap() {
 // stands for the prefix length, which stays on the device. The sm90 kernel's CTA holds a whole
 // SM (all its registers), so there the splits fill the SMs once (H200, batch 64, a 4k prefix, 8
 // KV heads: 2 packed tiles x 8 heads x 8 splits of 512 keys = 128 CTAs, 69.9 us for the step
-// against 80.8 with 16 of 256 keys on the sm80 kernel). With a side stream, half of them where
-// the splits stay short, so that the suffix level runs beside the shared level (4 splits of 1024
-// keys: 66.3 us; with 4096-key splits the shared level's own time grew by more than the overlap
-// saved: 131 against 107 us at a 16k prefix; docs/kernels/cascade.md, v4).
+// against 80.8 with 16 of 256 keys on the sm80 kernel); half of them where the splits stay
+// short, so that the suffix level runs beside the shared level on a second stream (4 splits of
+// 1024 keys: 66.3 us; with 4096-key splits the shared level's own time grew by more than the
+// overlap saved: 131 against 107 us at a 16k prefix; docs/kernels/cascade.md, v4).
 cuda::PagedFwdOptions shared_split(const PagedAttentionArgs& shared, const Workspace& ws,
-                                   const core::PagedDims& d, bool side_stream) {
+                                   const core::PagedDims& d) {
   cuda::PagedFwdOptions split;
   split.out_stride = ws.o_elems();
   split.lse_stride = ws.lse_elems();
@@ -341,8 +341,7 @@ cuda::PagedFwdOptions shared_split(const PagedAttentionArgs& shared, const Works
     const std::int64_t sms = cuda::multiprocessor_count(shared.q.device());
     const std::int64_t half = std::max<std::int64_t>(1, sms / 2 / ctas);
     most = std::clamp<std::int64_t>(
-        side_stream && div_up(capacity, half) <= kSm90SideStreamSplitKeys ? half : sms / ctas, 1,
-        most);
+        div_up(capacity, half) <= kSm90SideStreamSplitKeys ? half : sms / ctas, 1, most);
     multiple = kSm90SplitKeyMultiple;
   }
   if (split_cap() > 0) most = std::min(max_shared_splits(ws.rows(), ws.d.heads), split_cap());
@@ -365,24 +364,30 @@ std::int64_t shared_ctas(const Workspace& ws, const core::PagedDims& d,
 }
 
 // Both levels on the GPU, nothing read back: the shared level's key splits on tensor cores
-// (or one decode-kernel call), then the suffix level. Decode on one stream merges the shared
-// level's states in the suffix level's own epilogue (cuda::PriorStates: no merge kernel, and the
-// suffix's state never goes through the workspace); with a side stream, or several queries a
-// request, the suffix level writes a state of its own and one merge follows. Every level is
-// validated first.
+// (or one decode-kernel call), then the suffix level. Where the shared level leaves half of the
+// SMs idle, the suffix level runs beside it on a second stream and writes a state of its own,
+// and one merge follows; otherwise decode merges the shared level's states in the suffix level's
+// own epilogue (cuda::PriorStates: no merge kernel, and the suffix's state never goes through
+// the workspace), and several queries a request take the merge. Every level is validated first.
 void run_on_device(const CascadeAttentionArgs& a, const Workspace& ws) {
   const Dims& d = ws.d;
   PagedAttentionArgs shared = shared_rows(a, ws, 0, ws.rows());
   shared.num_splits = 1;  // the decode kernels' own split would need a workspace of its own
   const core::PagedDims shared_dims = validate_level(shared, "shared");
-  const bool side_stream = a.side_stream != nullptr && a.side_stream != a.stream;
-  cuda::PagedFwdOptions split = shared_split(shared, ws, shared_dims, side_stream);
+  // The suffix level runs beside a shared level that leaves half of the SMs idle: on the
+  // caller's side stream, or, on sm90 (where it starts once the shared level's CTAs have), on a
+  // stream of the library's own (cuda::helper_stream).
+  const bool user_side = a.side_stream != nullptr && a.side_stream != a.stream;
+  cuda::PagedFwdOptions split = shared_split(shared, ws, shared_dims);
   const bool tensor_cores = (a.algo == Algo::automatic || a.algo == Algo::fa2) &&
                             cuda::paged_fwd_unsupported(shared, shared_dims, split).empty();
   if (!tensor_cores) split.key_splits = 1;
+  const bool sm90 = tensor_cores && cuda::paged_fwd_kernel(shared, shared_dims, split) ==
+                                        cuda::PagedFwdKernel::sm90;
   const bool fork =
-      side_stream && tensor_cores &&
+      (user_side || sm90) && tensor_cores &&
       2 * shared_ctas(ws, shared_dims, split) <= cuda::multiprocessor_count(a.q.device());
+  void* const side = !fork ? nullptr : user_side ? a.side_stream : cuda::helper_stream();
   // The decode kernels' fold instances take it (f16 / bf16 pages, 2-4 warps a CTA); a suffix
   // level that paged_attention would send to the tensor-core forward (paged_fwd_preferred: over
   // 48 query rows a KV head on sm90, 128 on sm80), or to another decode kernel, keeps the merge.
@@ -405,11 +410,11 @@ void run_on_device(const CascadeAttentionArgs& a, const Workspace& ws) {
     // would wait for them to drain (H100, batch 64 / 4k / 256: the shared level started ~24 us
     // into the step in most replays; docs/kernels/cascade.md, v21).
     split.started = cuda::started_event();
-    suffix.stream = a.side_stream;
+    suffix.stream = side;
   }
   if (tensor_cores) {
     cuda::paged_fwd(shared, shared_dims, split);
-    if (fork) cuda::stream_wait_started(a.side_stream);
+    if (fork) cuda::stream_wait_started(side);
   } else {
     paged_attention(shared);
   }
@@ -427,7 +432,7 @@ void run_on_device(const CascadeAttentionArgs& a, const Workspace& ws) {
     return cuda::paged_attention(suffix, suffix_dims, priors);
   }
   paged_attention(suffix);
-  if (fork) cuda::stream_wait(a.stream, a.side_stream);
+  if (fork) cuda::stream_wait(a.stream, side);
   merge(a, ws, split.key_splits + 1);
 }
 #else

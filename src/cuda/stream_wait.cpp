@@ -41,4 +41,15 @@ void stream_wait_started(void* waiting) {
              "cudaStreamWaitEvent");
 }
 
+void* helper_stream() {
+  thread_local std::map<int, cudaStream_t> streams;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  cudaStream_t& s = streams[device];
+  if (s == nullptr) {
+    check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  }
+  return s;
+}
+
 }  // namespace flashkit::cuda

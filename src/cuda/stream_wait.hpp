@@ -15,4 +15,8 @@ void stream_wait(void* waiting, void* signalling);
 void* started_event();
 void stream_wait_started(void* waiting);
 
+// A stream (non-blocking) of this thread and the current device for a call's concurrent part
+// where the caller gave none; created on first use, never destroyed (as the events above).
+void* helper_stream();
+
 }  // namespace flashkit::cuda

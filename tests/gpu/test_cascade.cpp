@@ -204,7 +204,6 @@ TEST(CudaCascade, SoftcapScaleAndLongerQueries) {
 TEST(CudaCascade, ServingShape) {
   CascadeSpec s;
   s.head_dim = 128;
-  s.heads_kv = 2;
   s.group = 4;
   s.heads_kv = 1;
   s.prefix = 4096;
@@ -212,11 +211,25 @@ TEST(CudaCascade, ServingShape) {
   check_cascade_gpu(s);
 }
 
+// A shared level that fills the GPU does not fork: on sm90 (132 SMs), d 64's 64-row tiles, 8 KV
+// heads and batch 64 are 32 CTAs a split, and splits of more than 1024 keys (a 2304-token
+// prefix over 2) would not leave half of the SMs idle, so 4 splits fill them and the suffix
+// level folds their states into its epilogue (cuda::PriorStates).
+TEST(CudaCascade, FoldsWhereTheSharedLevelFillsTheGpu) {
+  CascadeSpec s;
+  s.head_dim = 64;
+  s.group = 4;
+  s.heads_kv = 8;
+  s.prefix = 2304;
+  s.batch = 64;
+  check_cascade_gpu(s);
+}
+
 // The suffix level on a second stream runs beside the shared level, and one merge follows both;
-// on one stream the suffix level folds the shared level's states into its own epilogue
-// (cuda::PriorStates), the same weights in another order: the two agree with the oracle under the
-// tolerance rule. Where the shared level runs on the decode kernels nothing forks, and both calls
-// give the same bits.
+// on one stream the suffix level runs beside it on the library's own stream (sm90) or folds the
+// shared level's states into its own epilogue (cuda::PriorStates), the same weights in another
+// order: the two agree with the oracle under the tolerance rule. Where the shared level runs on
+// the decode kernels nothing forks, and both calls give the same bits.
 TEST(CudaCascade, SideStreamAgreesWithOneStream) {
   cudaStream_t side;
   ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
