@@ -241,8 +241,10 @@ def cascade_attention(
     side_stream (CUDA, optional): a torch.cuda.Stream on q's device. Where the prefix level
     leaves at least half of the GPU idle (short prefixes, small batches), the suffix level runs
     on it beside the prefix level, forked from and joined back into the current stream (still
-    capturable); the result may then differ from the one-stream call's in the last bits (the
-    prefix level's keys split differently). Ignored for CPU tensors.
+    capturable). On sm90 a call without one does the same on a stream of the library's own;
+    elsewhere it runs the two levels in turn, and its result may then differ from the
+    side-stream call's in the last bits (the prefix level's keys split differently). Ignored for
+    CPU tensors.
 
     Returns out (like q), and with return_lse also lse (f32 [batch, heads_q, q_len]).
     """
