@@ -189,6 +189,13 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
   const std::int64_t k_pass = kRowsPerPass * p.k_strides.slot;
   const std::int64_t v_pass = kRowsPerPass * p.v_strides.slot;
 
+  // A CTA reads its K and V once (its query rows, a GQA group's, share each load), so their
+  // lines are the first L2 evicts: the cascade's suffix level streams 67 MB past an H100's 50 MB
+  // of L2 while the shared level beside it reads its prefix twice and both levels' partial
+  // states wait for the merge; under the default policy that step took 51.6 us, under this one
+  // 44.6 (batch 64, 4k prefix, 256-token suffixes; docs/kernels/decode.md, v3.19).
+  const std::uint64_t stream_once = ptx::l2_evict_first_policy();
+
   // This lane's pieces of the step at `base` into ring stage `stage` (row-major tiles, swizzled
   // chunks), group g's from page pages[g]; rows outside [lo, hi) become zeros without a read
   // (their slots may hold NaN, or have no page). Only a span's first and last steps have such
@@ -208,8 +215,8 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
           const int row = j * kRowsPerPass + lane_row, key = base + row;
           const bool valid = whole || (key >= lo && key < hi);
           const std::uint32_t at = Shape::swizzle(row, lane_chunk) * 16;
-          ptx::cp_async_16(k_tile + at, k_src + jg * k_pass, valid);
-          ptx::cp_async_16(v_tile + at, v_src + jg * v_pass, valid);
+          ptx::cp_async_16(k_tile + at, k_src + jg * k_pass, valid, stream_once);
+          ptx::cp_async_16(v_tile + at, v_src + jg * v_pass, valid, stream_once);
         }
       }
     } else {  // pages of 1..8 tokens: each row looks its page up
@@ -223,11 +230,11 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
         ptx::cp_async_16(
             k_tile + at,
             k_head + pg * p.k_strides.page + slot * p.k_strides.slot + lane_chunk * kChunkElems,
-            valid);
+            valid, stream_once);
         ptx::cp_async_16(
             v_tile + at,
             v_head + pg * p.v_strides.page + slot * p.v_strides.slot + lane_chunk * kChunkElems,
-            valid);
+            valid, stream_once);
       }
     }
     if constexpr (Shape::kFp8) {  // entry i < kStepKeys: key i's K scale; then the V scales

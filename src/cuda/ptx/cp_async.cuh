@@ -22,6 +22,25 @@ __device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, 
                : "memory");
 }
 
+// An L2 cache policy under which the lines a copy brings in are the first to be evicted: for
+// bytes a CTA reads once and no one reads again soon (a decode step's private K/V pages), so
+// that they do not push out lines that will be (a shared prefix read by several CTAs, partial
+// states awaiting their merge). Not volatile: one createpolicy a kernel, wherever it is used.
+__device__ __forceinline__ std::uint64_t l2_evict_first_policy() {
+  std::uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
+// cp_async_16 under an L2 cache policy (l2_evict_first_policy).
+__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, bool valid,
+                                            std::uint64_t l2_policy) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+               "l"(src), "r"(src_bytes), "l"(l2_policy)
+               : "memory");
+}
+
 // The same copy when the source is known to exist: no source-size operand to compute.
 __device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
