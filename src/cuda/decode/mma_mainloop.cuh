@@ -192,8 +192,8 @@ __device__ __forceinline__ void mma_stream_keys(const PagedParams& p, const Deco
   // A CTA reads its K and V once (its query rows, a GQA group's, share each load), so their
   // lines are the first L2 evicts: the cascade's suffix level streams 67 MB past an H100's 50 MB
   // of L2 while the shared level beside it reads its prefix twice and both levels' partial
-  // states wait for the merge; under the default policy that step took 51.6 us, under this one
-  // 44.6 (batch 64, 4k prefix, 256-token suffixes; docs/kernels/decode.md, v3.19).
+  // states wait for the merge; under the default policy that step took 52.1 us, under this one
+  // 45.1 (batch 64, 4k prefix, 256-token suffixes; docs/kernels/decode.md, v3.19).
   const std::uint64_t stream_once = ptx::l2_evict_first_policy();
 
   // This lane's pieces of the step at `base` into ring stage `stage` (row-major tiles, swizzled
