@@ -8,12 +8,14 @@
 // ceiling (16-byte loads over 8 GiB) is measured in the same run. Writes BENCH.md's schema.
 //
 //   flashkit_decode_bench --out FILE.json [--commit SHA] [--no-ceiling] [--config B,KV ...]
-//                         [--kv-sets N] [--splits N] [--heads HQ,HKV]
+//                         [--kv-sets N] [--splits N] [--heads HQ,HKV] [--timeline]
 // (--config: only these (batch, kv_len) pairs, e.g. to profile one shape; --kv-sets: rotate N
 // copies of the KV instead of the L2 rule's count, e.g. 1 to replay one copy as the Python
 // suite does; --splits: num_splits N instead of the plan's choice; --heads: HQ query heads over
 // HKV KV heads instead of 32 / 8, e.g. 4,1 at 8x the batch reads the same bytes with each page
-// holding one head's rows back to back)
+// holding one head's rows back to back; --timeline: each row's graph kernel by kernel as well,
+// under CUPTI (kernel_timeline.hpp): where a split call's time goes between stage 1, the gap and
+// the split merge)
 //
 // GB/s counts the K and V bytes: 2 * batch * kv_len * kv_heads * d * bytes per element (the f32
 // e4m3 scales, 4 bytes per 16-token page and head, add 0.2 % and are not counted).
@@ -39,6 +41,7 @@
 
 #include "bench_support.cuh"
 #include "flashkit/flashkit.hpp"
+#include "kernel_timeline.hpp"
 
 namespace {
 
@@ -103,6 +106,7 @@ struct Row {
   int kv_sets;  // KV copies rotated
   bool graph;
   double ms, gbs, max_err;
+  Timeline timeline;  // empty unless --timeline
 };
 
 // Max |out - reference| over the query heads of KV heads 0 and 7 of the first and last sequence,
@@ -157,7 +161,7 @@ double sampled_error(const Config& c, const std::vector<std::int32_t>& table, co
 
 // kv_sets: copies of the KV rotated, 0 for the L2 rule (enough copies for 3x the L2, at most 4).
 // splits: num_splits of every call, 0 for the plan's.
-Row run_config(const Config& c, int sms, double l2_bytes, int kv_sets, int splits,
+Row run_config(const Config& c, int sms, double l2_bytes, int kv_sets, int splits, bool timeline,
                cudaStream_t stream) {
   using flashkit::Device;
   using flashkit::DType;
@@ -235,7 +239,7 @@ Row run_config(const Config& c, int sms, double l2_bytes, int kv_sets, int split
         "poison");
   flashkit::paged_attention(calls[0]);
   check(cudaStreamSynchronize(stream), "first call");
-  Row r{c, num_splits, sets, true, 0, 0, sampled_error(c, table, out.p)};
+  Row r{c, num_splits, sets, true, 0, 0, sampled_error(c, table, out.p), {}};
 
   // One graph per KV copy; direct calls if capture fails (then "graph": false in the row).
   std::vector<cudaGraphExec_t> graphs;
@@ -268,6 +272,7 @@ Row run_config(const Config& c, int sms, double l2_bytes, int kv_sets, int split
         }
       },
       5, 30, stream);
+  if (timeline && r.graph) r.timeline = graph_timeline(graphs, stream, 30);
   for (cudaGraphExec_t e : graphs) cudaGraphExecDestroy(e);
   r.gbs = c.kv_bytes() / (r.ms * 1e-3) / 1e9;
   return r;
@@ -293,7 +298,17 @@ void write_json(const std::string& path, const std::string& commit, const std::s
       << ", \"num_splits\": " << r.num_splits << "}, \"kv_sets\": " << r.kv_sets
       << ", \"graph\": " << (r.graph ? "true" : "false") << ", \"ms\": " << r.ms
       << ", \"gbs\": " << r.gbs << ", \"read_fraction\": " << (read_gbs > 0 ? r.gbs / read_gbs : 0)
-      << ", \"max_abs_err_sampled\": " << r.max_err << "}";
+      << ", \"max_abs_err_sampled\": " << r.max_err;
+    if (!r.timeline.steps.empty()) {
+      f << ", \"timeline\": {\"span_us\": " << r.timeline.span_us << ", \"kernels\": [";
+      for (std::size_t k = 0; k < r.timeline.steps.size(); ++k) {
+        const TimelineStep& t = r.timeline.steps[k];
+        f << (k ? ", " : "") << "{\"kernel\": \"" << t.name << "\", \"start_us\": " << t.start_us
+          << ", \"duration_us\": " << t.duration_us << ", \"gap_us\": " << t.gap_us << "}";
+      }
+      f << "]}";
+    }
+    f << "}";
   }
   f << "\n]}\n";
 }
@@ -302,7 +317,7 @@ void write_json(const std::string& path, const std::string& commit, const std::s
 
 int main(int argc, char** argv) {
   std::string out = "decode.json", commit = "unknown";
-  bool ceiling = true;
+  bool ceiling = true, timeline = false;
   int kv_sets = 0, splits = 0, heads_q = 32, heads_kv = 8;
   std::vector<std::pair<int, int>> shapes = {{1, 32768}, {16, 8192}, {64, 4096}, {128, 2048}};
   bool chosen = false;
@@ -323,6 +338,8 @@ int main(int argc, char** argv) {
       commit = argv[++i];
     } else if (a == "--no-ceiling") {
       ceiling = false;
+    } else if (a == "--timeline" && timeline_available()) {
+      timeline = true;
     } else if (a == "--kv-sets" && has_value && std::sscanf(argv[i + 1], "%d", &kv_sets) == 1 &&
                kv_sets >= 1 && kv_sets <= 8) {
       ++i;
@@ -336,7 +353,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s --out FILE.json [--commit SHA] [--no-ceiling] [--config BATCH,KV_LEN "
-                   "...] [--kv-sets 1..8] [--splits 1..64] [--heads HEADS_Q,HEADS_KV]\n",
+                   "...] [--kv-sets 1..8] [--splits 1..64] [--heads HEADS_Q,HEADS_KV] [--timeline "
+                   "(built with CUPTI)]\n",
                    argv[0]);
       return 2;
     }
@@ -354,7 +372,7 @@ int main(int argc, char** argv) {
         for (auto [batch, kv_len] : shapes) {
           rows.push_back(run_config({batch, kv_len, page_size, fp8, heads_q, heads_kv},
                                     prop.multiProcessorCount, double(prop.l2CacheSize), kv_sets,
-                                    splits, stream));
+                                    splits, timeline, stream));
         }
       }
     }
@@ -368,6 +386,16 @@ int main(int argc, char** argv) {
                   r.num_splits, r.graph ? "yes" : "no", r.ms, r.gbs,
                   read_gbs > 0 ? 100 * r.gbs / read_gbs : 0.0, r.max_err);
       ok = ok && r.max_err < 1e-2;  // bf16 outputs below 1: a couple of ulps
+    }
+    for (const Row& r : rows) {
+      if (r.timeline.steps.empty()) continue;
+      std::printf("\n%s batch %d, kv_len %d, page %d, %d splits: span %.1f us\n",
+                  r.c.fp8 ? "flashkit-fp8" : "flashkit", r.c.batch, r.c.kv_len, r.c.page_size,
+                  r.num_splits, r.timeline.span_us);
+      for (const TimelineStep& t : r.timeline.steps) {
+        std::printf("  start %7.1f  duration %7.1f  gap %6.1f us  %s\n", t.start_us, t.duration_us,
+                    t.gap_us, t.name.c_str());
+      }
     }
     cudaStreamDestroy(stream);
     if (!ok) std::printf("WARNING: a sampled output differs from the host reference\n");
