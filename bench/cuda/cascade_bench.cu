@@ -567,16 +567,9 @@ void write_timelines(const std::string& path, const std::string& head) {
     f << (i ? ",\n  " : "\n  ") << "{\"impl\": \"" << r.impl
       << "\", \"config\": {\"batch\": " << r.c.batch << ", \"prefix\": " << r.c.prefix
       << ", \"suffix\": " << r.c.suffix << ", \"page_size\": " << page_size
-      << "}, \"span_us\": " << r.t.span_us << ", \"kernels\": [";
-    for (std::size_t k = 0; k < r.t.steps.size(); ++k) {
-      const TimelineStep& s = r.t.steps[k];
-      std::printf("  start %7.1f (%5.1f-%5.1f)  duration %7.1f  gap %6.1f us  %s\n", s.start_us,
-                  s.start_min_us, s.start_max_us, s.duration_us, s.gap_us, s.name.c_str());
-      f << (k ? ", " : "") << "{\"kernel\": \"" << s.name << "\", \"start_us\": " << s.start_us
-        << ", \"start_min_us\": " << s.start_min_us << ", \"start_max_us\": " << s.start_max_us
-        << ", \"duration_us\": " << s.duration_us << ", \"gap_us\": " << s.gap_us << "}";
-    }
-    f << "]}";
+      << "}, \"span_us\": " << r.t.span_us << ", \"kernels\": " << timeline_kernels_json(r.t)
+      << "}";
+    print_timeline_kernels(r.t);
   }
   f << "\n]}\n";
 }

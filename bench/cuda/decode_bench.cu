@@ -300,13 +300,8 @@ void write_json(const std::string& path, const std::string& commit, const std::s
       << ", \"gbs\": " << r.gbs << ", \"read_fraction\": " << (read_gbs > 0 ? r.gbs / read_gbs : 0)
       << ", \"max_abs_err_sampled\": " << r.max_err;
     if (!r.timeline.steps.empty()) {
-      f << ", \"timeline\": {\"span_us\": " << r.timeline.span_us << ", \"kernels\": [";
-      for (std::size_t k = 0; k < r.timeline.steps.size(); ++k) {
-        const TimelineStep& t = r.timeline.steps[k];
-        f << (k ? ", " : "") << "{\"kernel\": \"" << t.name << "\", \"start_us\": " << t.start_us
-          << ", \"duration_us\": " << t.duration_us << ", \"gap_us\": " << t.gap_us << "}";
-      }
-      f << "]}";
+      f << ", \"timeline\": {\"span_us\": " << r.timeline.span_us
+        << ", \"kernels\": " << timeline_kernels_json(r.timeline) << "}";
     }
     f << "}";
   }
@@ -392,10 +387,7 @@ int main(int argc, char** argv) {
       std::printf("\n%s batch %d, kv_len %d, page %d, %d splits: span %.1f us\n",
                   r.c.fp8 ? "flashkit-fp8" : "flashkit", r.c.batch, r.c.kv_len, r.c.page_size,
                   r.num_splits, r.timeline.span_us);
-      for (const TimelineStep& t : r.timeline.steps) {
-        std::printf("  start %7.1f  duration %7.1f  gap %6.1f us  %s\n", t.start_us, t.duration_us,
-                    t.gap_us, t.name.c_str());
-      }
+      print_timeline_kernels(r.timeline);
     }
     cudaStreamDestroy(stream);
     if (!ok) std::printf("WARNING: a sampled output differs from the host reference\n");

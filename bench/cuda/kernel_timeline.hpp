@@ -11,9 +11,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -186,6 +188,28 @@ inline Timeline graph_timeline(const std::vector<cudaGraphExec_t>& graphs, cudaS
   (void)graphs, (void)stream, (void)replays;
   throw std::runtime_error("timeline: built without CUPTI");
 #endif
+}
+
+// The kernels of a timeline as a JSON array (start, its range, duration and gap, us).
+inline std::string timeline_kernels_json(const Timeline& t) {
+  std::ostringstream f;
+  f << "[";
+  for (std::size_t k = 0; k < t.steps.size(); ++k) {
+    const TimelineStep& s = t.steps[k];
+    f << (k ? ", " : "") << "{\"kernel\": \"" << s.name << "\", \"start_us\": " << s.start_us
+      << ", \"start_min_us\": " << s.start_min_us << ", \"start_max_us\": " << s.start_max_us
+      << ", \"duration_us\": " << s.duration_us << ", \"gap_us\": " << s.gap_us << "}";
+  }
+  f << "]";
+  return f.str();
+}
+
+// The kernels of a timeline on stdout, one line each.
+inline void print_timeline_kernels(const Timeline& t) {
+  for (const TimelineStep& s : t.steps) {
+    std::printf("  start %7.1f (%5.1f-%5.1f)  duration %7.1f  gap %6.1f us  %s\n", s.start_us,
+                s.start_min_us, s.start_max_us, s.duration_us, s.gap_us, s.name.c_str());
+  }
 }
 
 }  // namespace flashkit::bench
