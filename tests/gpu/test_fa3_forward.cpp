@@ -232,7 +232,7 @@ std::vector<double> run_out(const CaseData& c, Algo algo) {
 }
 
 // Without varlen, more work units than CTAs (160-320 here at d = 128, against the H200's 132; at
-// d = 64, below 2048 keys or under a mask, 315-640 against two walkers per SM: 264) run on
+// d = 64, below 2048 keys or under a mask, 400-640 against three walkers per SM: 396) run on
 // persistent CTAs of one to four tiles each: both Q buffers are reused and the pipeline's stages
 // and phases carry over from tile to tile (odd and even block counts per tile). Without a mask
 // a unit is a tile (d = 64 takes the one-consumer shape there); under a mask the pair of
@@ -288,8 +288,10 @@ TEST(Fa3Forward, PersistentCtasWalkSeveralTiles) {
   s.dtype = DType::bf16;
   s.head_dim = 64;
   s.heads_kv = 1;
-  s.seqlens_q = std::vector<std::int64_t>(6, 830);
-  s.seqlens_k = std::vector<std::int64_t>(6, 300);
+  // 13 tiles of 64 rows: 7 units a (sequence, head), the middle tile alone (its pair's second
+  // is empty); 448 units, more than the three-stream walk's 396 walkers, so it is persistent.
+  s.seqlens_q = std::vector<std::int64_t>(8, 830);
+  s.seqlens_k = std::vector<std::int64_t>(8, 300);
   expect_gpu_forward_matches(s, Algo::fa3);
 
   s.causal = false;
